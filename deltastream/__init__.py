@@ -1,0 +1,81 @@
+"""deltastream: follow a Delta Lake table as it changes.
+
+The public API: open a table, load snapshots (by version or timestamp), and the errors.
+"""
+
+from deltastream.errors import (
+    ChecksumMismatchError,
+    CorruptCheckpointError,
+    CorruptCommitError,
+    CorruptFileError,
+    CorruptLastCheckpointError,
+    CorruptVersionChecksumError,
+    DeltaStreamError,
+    IncompleteCheckpointError,
+    InvalidArgumentError,
+    InvalidTableStateError,
+    LogError,
+    MissingVersionsError,
+    ObjectNotFoundError,
+    StorageError,
+    TableNotFoundError,
+    TimestampOutOfRangeError,
+    UnsupportedFeatureError,
+    VersionNotFoundError,
+)
+from deltastream.log.actions import (
+    AddCDCFile,
+    AddFile,
+    CommitInfo,
+    DeletionVectorDescriptor,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    Txn,
+)
+from deltastream.snapshot.snapshot import Snapshot
+from deltastream.snapshot.table import Table, open_table, read_snapshot
+from deltastream.snapshot.timestamps import TimestampSearch
+from deltastream.storage import ObjectStore, S3Options, open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AddCDCFile",
+    "AddFile",
+    "ChecksumMismatchError",
+    "CommitInfo",
+    "CorruptCheckpointError",
+    "CorruptCommitError",
+    "CorruptFileError",
+    "CorruptLastCheckpointError",
+    "CorruptVersionChecksumError",
+    "DeletionVectorDescriptor",
+    "DeltaStreamError",
+    "DomainMetadata",
+    "IncompleteCheckpointError",
+    "InvalidArgumentError",
+    "InvalidTableStateError",
+    "LogError",
+    "Metadata",
+    "MissingVersionsError",
+    "ObjectNotFoundError",
+    "ObjectStore",
+    "Protocol",
+    "RemoveFile",
+    "S3Options",
+    "Snapshot",
+    "StorageError",
+    "Table",
+    "TableNotFoundError",
+    "TimestampOutOfRangeError",
+    "TimestampSearch",
+    "Txn",
+    "UnsupportedFeatureError",
+    "VersionNotFoundError",
+    "__version__",
+    "open_store",
+    "open_table",
+    "read_snapshot",
+]

@@ -1,0 +1,191 @@
+"""The exceptions deltastream raises, in one small hierarchy.
+
+Every error a user can act on is a :class:`DeltaStreamError`. Messages always name the
+file (or URI) and the problem, so a one-line CLI report is enough to start debugging.
+
+    DeltaStreamError
+    ├── InvalidArgumentError          a bad URI, option or version/timestamp argument
+    ├── StorageError                  the object store failed (after retries)
+    │   └── ObjectNotFoundError       a key that must exist does not
+    ├── TableNotFoundError            the location holds no Delta table
+    ├── LogError                      the log itself is not a valid Delta log
+    │   ├── CorruptFileError          a log file cannot be parsed
+    │   │   ├── CorruptCommitError
+    │   │   ├── CorruptCheckpointError
+    │   │   ├── CorruptLastCheckpointError
+    │   │   └── CorruptVersionChecksumError
+    │   ├── MissingVersionsError      commits the segment needs are absent
+    │   ├── IncompleteCheckpointError a multi-part checkpoint lacks parts and nothing else covers it
+    │   └── InvalidTableStateError    e.g. no protocol or no metadata after replay
+    ├── UnsupportedFeatureError       the table needs a reader feature deltastream lacks
+    ├── VersionNotFoundError          time travel to a version the log cannot reconstruct
+    ├── TimestampOutOfRangeError      time travel to a timestamp outside the table's history
+    └── ChecksumMismatchError         the snapshot disagrees with the version checksum file
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "ChecksumMismatchError",
+    "CorruptCheckpointError",
+    "CorruptCommitError",
+    "CorruptFileError",
+    "CorruptLastCheckpointError",
+    "CorruptVersionChecksumError",
+    "DeltaStreamError",
+    "IncompleteCheckpointError",
+    "InvalidArgumentError",
+    "InvalidTableStateError",
+    "LogError",
+    "MissingVersionsError",
+    "ObjectNotFoundError",
+    "StorageError",
+    "TableNotFoundError",
+    "TimestampOutOfRangeError",
+    "UnsupportedFeatureError",
+    "VersionNotFoundError",
+]
+
+
+class DeltaStreamError(Exception):
+    """Base class of every error deltastream raises on purpose."""
+
+
+class InvalidArgumentError(DeltaStreamError, ValueError):
+    """A caller passed a value deltastream cannot use (URI, option, version, timestamp)."""
+
+
+class StorageError(DeltaStreamError, OSError):
+    """The object store failed to answer, after any retries. ``uri`` names the object."""
+
+    def __init__(self, uri: str, problem: str) -> None:
+        super().__init__(f"{uri}: {problem}")
+        self.uri = uri
+        self.problem = problem
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """A key that must exist does not."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri, "not found")
+
+
+class TableNotFoundError(DeltaStreamError):
+    """The location holds no Delta table (no ``_delta_log`` or an empty one)."""
+
+    def __init__(self, uri: str, problem: str = "not a Delta table: no commits or checkpoints in _delta_log") -> None:
+        super().__init__(f"{uri}: {problem}")
+        self.uri = uri
+
+
+class LogError(DeltaStreamError):
+    """The transaction log is not a valid Delta log."""
+
+
+class CorruptFileError(LogError):
+    """A log file cannot be parsed. ``path`` is the file, ``problem`` what is wrong with it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class CorruptCommitError(CorruptFileError):
+    """A JSON commit (or log compaction) file is not valid newline-delimited JSON actions."""
+
+
+class CorruptCheckpointError(CorruptFileError):
+    """A checkpoint part, V2 checkpoint or sidecar cannot be read."""
+
+
+class CorruptLastCheckpointError(CorruptFileError):
+    """``_delta_log/_last_checkpoint`` is not valid JSON or fails its checksum."""
+
+
+class CorruptVersionChecksumError(CorruptFileError):
+    """A ``.crc`` version checksum file cannot be parsed."""
+
+
+def _format_versions(versions: Iterable[int]) -> str:
+    """Render sorted versions compactly: ``3, 5-9, 12``."""
+    out: list[str] = []
+    run: list[int] = []
+    for v in sorted(set(versions)):
+        if run and v == run[-1] + 1:
+            run.append(v)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [v]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ", ".join(out)
+
+
+class MissingVersionsError(LogError):
+    """Commits needed to reconstruct a version are absent from the log."""
+
+    def __init__(self, log_uri: str, missing: Iterable[int], detail: str = "") -> None:
+        self.missing = tuple(sorted(set(missing)))
+        msg = f"{log_uri}: missing commit version(s) {_format_versions(self.missing)}"
+        if detail:
+            msg += f" ({detail})"
+        super().__init__(msg)
+        self.log_uri = log_uri
+
+
+class IncompleteCheckpointError(LogError):
+    """A multi-part checkpoint lacks parts and no other checkpoint or commits cover it."""
+
+
+class InvalidTableStateError(LogError):
+    """Replaying the log did not produce a valid table state (e.g. no protocol or metadata)."""
+
+
+class UnsupportedFeatureError(DeltaStreamError):
+    """The table requires a reader version or reader feature deltastream does not implement."""
+
+    def __init__(self, uri: str, feature: str, detail: str = "") -> None:
+        msg = f"{uri}: unsupported reader feature {feature!r}"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
+        self.uri = uri
+        self.feature = feature
+
+
+class VersionNotFoundError(DeltaStreamError):
+    """The requested version is outside what the log can reconstruct."""
+
+    def __init__(self, uri: str, version: int, earliest: int | None, latest: int | None) -> None:
+        if latest is None:
+            detail = "the table has no versions"
+        else:
+            detail = f"available versions are {earliest}..{latest}"
+        super().__init__(f"{uri}: cannot load version {version}: {detail}")
+        self.uri = uri
+        self.version = version
+        self.earliest = earliest
+        self.latest = latest
+
+
+class TimestampOutOfRangeError(DeltaStreamError):
+    """The requested timestamp falls before the first or after the last commit."""
+
+
+class ChecksumMismatchError(DeltaStreamError):
+    """The reconstructed snapshot disagrees with the version checksum (``.crc``) file."""
+
+    def __init__(self, path: str, field: str, expected: object, actual: object) -> None:
+        super().__init__(
+            f"{path}: field {field!r} differs: checksum file has {expected!r}, "
+            f"log replay gives {actual!r}"
+        )
+        self.path = path
+        self.field = field
+        self.expected = expected
+        self.actual = actual

@@ -1,0 +1,211 @@
+"""Choosing the files that reconstruct one version of a table: the log segment.
+
+This module is pure: it works on a listing that :mod:`deltastream.log.listing` fetched.
+
+Invariants of a :class:`LogSegment` for version ``V`` built on checkpoint ``C`` (or on no
+checkpoint, when ``C`` is ``None`` and replay starts at version 0):
+
+* ``checkpoint`` holds every part of one complete checkpoint of version ``C <= V``: the
+  newest complete one not explicitly excluded. Multi-part checkpoints with missing parts
+  are never chosen (the protocol requires readers to ignore them).
+* ``commits`` holds exactly the commit files ``C+1 .. V`` in ascending order, without gaps.
+* ``replay`` covers the same versions as ``commits``, in ascending order, with runs of
+  commits replaced by log compaction files ``x.y.compacted.json`` where ``C < x <= y <= V``;
+  applying ``replay`` after the checkpoint yields version ``V``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from deltastream.errors import (
+    IncompleteCheckpointError,
+    MissingVersionsError,
+    TableNotFoundError,
+    VersionNotFoundError,
+)
+from deltastream.log.paths import LogFile, LogFileKind
+
+__all__ = ["IncompleteListingError", "LogListing", "LogSegment", "build_segment"]
+
+# Preference among checkpoints of the same version: single files before multi-part ones.
+_CHECKPOINT_PREFERENCE = {
+    LogFileKind.CHECKPOINT: 0,
+    LogFileKind.UUID_CHECKPOINT: 1,
+    LogFileKind.MULTIPART_CHECKPOINT: 2,
+}
+
+
+class IncompleteListingError(Exception):
+    """The listing started after versions the segment needs; list again from version 0."""
+
+
+@dataclass(frozen=True)
+class LogListing:
+    """The log files found by one listing, classified.
+
+    ``listed_from`` is the first version the listing could contain (0 for a full listing).
+    """
+
+    table_uri: str
+    files: tuple[LogFile, ...]
+    listed_from: int = 0
+
+    def commits(self) -> dict[int, LogFile]:
+        return {f.version: f for f in self.files if f.kind is LogFileKind.COMMIT}
+
+    def crc(self, version: int) -> LogFile | None:
+        for f in self.files:
+            if f.kind is LogFileKind.CRC and f.version == version:
+                return f
+        return None
+
+
+@dataclass(frozen=True)
+class LogSegment:
+    """The files that reconstruct ``version`` (see the module docstring for invariants)."""
+
+    table_uri: str
+    version: int
+    checkpoint_version: int | None
+    checkpoint: tuple[LogFile, ...]
+    commits: tuple[LogFile, ...]
+    replay: tuple[LogFile, ...]
+    crc: LogFile | None = None
+
+    @property
+    def log_uri(self) -> str:
+        return f"{self.table_uri}/_delta_log"
+
+
+def _complete_checkpoints(
+    files: Iterable[LogFile], excluded: frozenset[str]
+) -> tuple[dict[int, tuple[LogFile, ...]], dict[int, str]]:
+    """Complete checkpoints by version (the preferred one per version), and a note on each
+    version whose only checkpoints are multi-part ones with missing parts."""
+    singles: dict[int, list[LogFile]] = defaultdict(list)
+    multi: dict[tuple[int, int], dict[int, LogFile]] = defaultdict(dict)
+    for f in files:
+        if not f.is_checkpoint or f.key in excluded:
+            continue
+        if f.kind is LogFileKind.MULTIPART_CHECKPOINT:
+            assert f.num_parts is not None and f.part is not None
+            multi[(f.version, f.num_parts)][f.part] = f
+        else:
+            singles[f.version].append(f)
+    complete: dict[int, tuple[LogFile, ...]] = {}
+    incomplete: dict[int, str] = {}
+    for version, candidates in singles.items():
+        best = min(candidates, key=lambda f: (_CHECKPOINT_PREFERENCE[f.kind], f.key))
+        complete[version] = (best,)
+    for (version, num_parts), parts in sorted(multi.items()):
+        if len(parts) == num_parts:
+            if version not in complete:
+                complete[version] = tuple(parts[i] for i in range(1, num_parts + 1))
+        elif version not in complete:
+            absent = [i for i in range(1, num_parts + 1) if i not in parts]
+            incomplete[version] = (
+                f"checkpoint {version} has {len(parts)} of {num_parts} parts "
+                f"(part(s) {', '.join(map(str, absent))} missing)"
+            )
+    for version in complete:
+        incomplete.pop(version, None)
+    return complete, incomplete
+
+
+def build_segment(
+    listing: LogListing,
+    version: int | None = None,
+    *,
+    excluded_checkpoints: frozenset[str] = frozenset(),
+    use_compactions: bool = True,
+) -> LogSegment:
+    """Choose the checkpoint and commits that reconstruct ``version`` (default: the latest).
+
+    Raises :class:`TableNotFoundError` for an empty log, :class:`VersionNotFoundError` for a
+    version outside what the log holds, :class:`MissingVersionsError` for gaps and
+    :class:`IncompleteCheckpointError` when only a partial multi-part checkpoint could have
+    covered a gap. :class:`IncompleteListingError` means the listing started too late.
+    """
+    uri = listing.table_uri
+    log_uri = f"{uri}/_delta_log"
+    commits = listing.commits()
+    checkpoints, incomplete = _complete_checkpoints(listing.files, excluded_checkpoints)
+    if not commits and not checkpoints:
+        if listing.listed_from > 0:
+            raise IncompleteListingError()
+        if incomplete:
+            raise IncompleteCheckpointError(f"{log_uri}: {'; '.join(incomplete.values())}")
+        raise TableNotFoundError(uri)
+    latest = max([*commits, *checkpoints])
+    if version is not None and version > latest:
+        raise VersionNotFoundError(uri, version, _earliest(commits, checkpoints), latest)
+    end = latest if version is None else version
+
+    cp_version = max((v for v in checkpoints if v <= end), default=None)
+    start = 0 if cp_version is None else cp_version + 1
+    if start < listing.listed_from:
+        raise IncompleteListingError()
+    missing = [v for v in range(start, end + 1) if v not in commits]
+    if missing:
+        blocking = {v: why for v, why in incomplete.items() if start <= v <= end}
+        if blocking:
+            raise IncompleteCheckpointError(
+                f"{log_uri}: {'; '.join(blocking.values())}, and commits "
+                f"{missing[0]}..{missing[-1]} needed without it are not in the log"
+            )
+        if version is not None and cp_version is None and missing[0] == 0 and commits:
+            first = min(commits)
+            if version < first:
+                # The requested version predates the retained history.
+                raise VersionNotFoundError(uri, version, _earliest(commits, checkpoints), latest)
+        base = f"checkpoint {cp_version}" if cp_version is not None else "version 0"
+        raise MissingVersionsError(log_uri, missing, f"needed to reconstruct version {end} from {base}")
+
+    segment_commits = tuple(commits[v] for v in range(start, end + 1))
+    replay = _with_compactions(listing.files, segment_commits, start, end) if use_compactions else segment_commits
+    return LogSegment(
+        table_uri=uri,
+        version=end,
+        checkpoint_version=cp_version,
+        checkpoint=checkpoints[cp_version] if cp_version is not None else (),
+        commits=segment_commits,
+        replay=replay,
+        crc=listing.crc(end),
+    )
+
+
+def _earliest(commits: dict[int, LogFile], checkpoints: dict[int, tuple[LogFile, ...]]) -> int | None:
+    """The oldest version the log can reconstruct, assuming no gaps after it."""
+    candidates = list(checkpoints)
+    if 0 in commits:
+        candidates.append(0)
+    return min(candidates) if candidates else None
+
+
+def _with_compactions(
+    files: Iterable[LogFile], commits: tuple[LogFile, ...], start: int, end: int
+) -> tuple[LogFile, ...]:
+    """Replace runs of commits by the widest log compactions that fit in ``start..end``."""
+    widest: dict[int, LogFile] = {}
+    for f in files:
+        if f.kind is LogFileKind.COMPACTION and f.end_version is not None:
+            if start <= f.version and f.end_version <= end:
+                current = widest.get(f.version)
+                if current is None or (current.end_version or 0) < f.end_version:
+                    widest[f.version] = f
+    if not widest:
+        return commits
+    out: list[LogFile] = []
+    v = start
+    while v <= end:
+        compaction = widest.get(v)
+        if compaction is not None and compaction.end_version is not None:
+            out.append(compaction)
+            v = compaction.end_version + 1
+        else:
+            out.append(commits[v - start])
+            v += 1
+    return tuple(out)

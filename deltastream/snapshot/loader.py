@@ -1,0 +1,227 @@
+"""Loading snapshots through a store: the only part of :mod:`deltastream.snapshot` doing I/O.
+
+Loading version V: build the log segment (``_last_checkpoint`` + one LIST), read the
+checkpoint (all parts, or a V2 checkpoint and its sidecars) and the commits or compactions
+after it, and reconcile. A checkpoint that cannot be read (truncated parquet, a part or
+sidecar gone) is skipped with a logged warning in favour of an older checkpoint or the
+commits; only when nothing else covers the range does loading fail, with the checkpoint's
+own error. Parsing runs in worker threads so that a large log does not stall other tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from urllib.parse import unquote
+
+import anyio.to_thread
+
+from deltastream.errors import (
+    CorruptCheckpointError,
+    DeltaStreamError,
+    InvalidArgumentError,
+    InvalidTableStateError,
+    MissingVersionsError,
+    ObjectNotFoundError,
+)
+from deltastream.log.checkpoint import merge_checkpoint_parts, parse_checkpoint
+from deltastream.log.commit import LogActions, parse_commit
+from deltastream.log.listing import list_log, load_segment
+from deltastream.log.paths import SIDECAR_DIR, LogFile, LogFileKind
+from deltastream.log.segment import LogListing, LogSegment, build_segment
+from deltastream.log.version_checksum import parse_version_checksum
+from deltastream.snapshot.features import check_readable
+from deltastream.snapshot.reconcile import LogState
+from deltastream.snapshot.snapshot import Snapshot
+from deltastream.snapshot.timestamps import (
+    TimestampSearch,
+    ict_enabled_at,
+    read_in_commit_timestamp,
+    resolve_timestamp,
+)
+from deltastream.snapshot.validate import validate_snapshot
+from deltastream.storage.base import ObjectStore
+
+__all__ = ["load_snapshot", "read_log_files", "resolve_version_at"]
+
+log = logging.getLogger(__name__)
+
+#: Commit files fetched and parsed per round trip when replaying a long log.
+_COMMIT_CHUNK = 512
+
+
+async def read_log_files(store: ObjectStore, files: Sequence[LogFile]) -> list[LogActions]:
+    """Fetch and parse commits or compactions, in the order given."""
+    out: list[LogActions] = []
+    for start in range(0, len(files), _COMMIT_CHUNK):
+        chunk = files[start : start + _COMMIT_CHUNK]
+        try:
+            datas = await store.get_many([f.key for f in chunk])
+        except ObjectNotFoundError as e:
+            gone = next((f for f in chunk if e.uri.endswith(f.key)), chunk[0])
+            raise MissingVersionsError(
+                f"{store.root_uri}/_delta_log",
+                [gone.version],
+                "the commit file disappeared while it was being read (log cleanup?)",
+            ) from e
+        uris = [store.uri_for(f.key) for f in chunk]
+        out.extend(
+            await anyio.to_thread.run_sync(
+                lambda: [parse_commit(u, d) for u, d in zip(uris, datas, strict=True)]
+            )
+        )
+    return out
+
+
+async def _read_checkpoint(store: ObjectStore, parts: tuple[LogFile, ...], files: bool) -> LogActions:
+    """Read every part of a checkpoint (and its sidecars); raise CorruptCheckpointError if
+    any of it is missing or unreadable."""
+    source = store.uri_for(parts[0].key)
+    try:
+        datas = await store.get_many([p.key for p in parts])
+    except ObjectNotFoundError as e:
+        raise CorruptCheckpointError(e.uri, "checkpoint file disappeared before it could be read") from e
+    parsed = await anyio.to_thread.run_sync(
+        lambda: [
+            parse_checkpoint(store.uri_for(p.key), d, p.format, file_actions=files)
+            for p, d in zip(parts, datas, strict=True)
+        ]
+    )
+    actions = merge_checkpoint_parts(parsed, source)
+    if parts[0].kind is LogFileKind.UUID_CHECKPOINT and actions.checkpoint_metadata is None:
+        raise CorruptCheckpointError(source, "V2 checkpoint has no checkpointMetadata action")
+    if not actions.sidecars or not files:
+        return actions
+    keys = [SIDECAR_DIR + unquote(s.path).rsplit("/", 1)[-1] for s in actions.sidecars]
+    try:
+        sidecar_datas = await store.get_many(keys)
+    except ObjectNotFoundError as e:
+        raise CorruptCheckpointError(source, f"sidecar {e.uri} referenced by the checkpoint is missing") from e
+    sidecars = await anyio.to_thread.run_sync(
+        lambda: [
+            parse_checkpoint(store.uri_for(k), d, "parquet")
+            for k, d in zip(keys, sidecar_datas, strict=True)
+        ]
+    )
+    return merge_checkpoint_parts([actions, *sidecars], source)
+
+
+async def _replay(
+    store: ObjectStore, segment: LogSegment, listing: LogListing, files: bool
+) -> tuple[LogState, LogSegment]:
+    """Reconcile ``segment``, falling back to older checkpoints while they are unreadable."""
+    root = store.root_uri
+    excluded: set[str] = set()
+    first_error: CorruptCheckpointError | None = None
+    while True:
+        if not segment.checkpoint:
+            state = LogState(table_root=root)
+            break
+        try:
+            checkpoint = await _read_checkpoint(store, segment.checkpoint, files)
+        except CorruptCheckpointError as e:
+            first_error = first_error or e
+            log.warning("%s; falling back to an older checkpoint or to the commits", e)
+            excluded.update(f.key for f in segment.checkpoint)
+            if listing.listed_from > 0:
+                listing = await list_log(store, 0)
+            try:
+                segment = build_segment(
+                    listing, segment.version, excluded_checkpoints=frozenset(excluded)
+                )
+            except DeltaStreamError as fallback_error:
+                raise CorruptCheckpointError(
+                    first_error.path,
+                    f"{first_error.problem}; nothing else reconstructs version {segment.version}: "
+                    f"{fallback_error}",
+                ) from first_error
+            continue
+        state = LogState.from_checkpoint(root, checkpoint)
+        break
+    commits = await read_log_files(store, segment.replay)
+    return state.apply(commits, file_actions=files), segment
+
+
+def _check_state(uri: str, segment: LogSegment, state: LogState) -> None:
+    where = (
+        f" (the checkpoint of version {segment.checkpoint_version} has none)"
+        if segment.checkpoint_version is not None
+        else ""
+    )
+    for name, action in (("protocol", state.protocol), ("metaData", state.metadata)):
+        if action is None:
+            raise InvalidTableStateError(
+                f"{uri}: no {name} action in the log up to version {segment.version}{where}"
+            )
+
+
+async def _commit_timestamp(
+    store: ObjectStore, segment: LogSegment, listing: LogListing, state: LogState
+) -> int | None:
+    version = segment.version
+    if ict_enabled_at(state.metadata, version):
+        last = segment.replay[-1] if segment.replay else None
+        info = state.last_commit_info
+        if last is not None and last.kind is LogFileKind.COMMIT and info is not None:
+            if info.in_commit_timestamp is not None:
+                return info.in_commit_timestamp
+        if version not in listing.commits():
+            return None
+        return await read_in_commit_timestamp(store, version)
+    commit = listing.commits().get(version)
+    return commit.last_modified_ms if commit is not None else None
+
+
+async def load_snapshot(
+    store: ObjectStore,
+    version: int | None = None,
+    *,
+    timestamp_ms: int | None = None,
+    validate_checksum: bool = False,
+    use_compactions: bool = True,
+) -> Snapshot:
+    """Load the snapshot of ``version`` (or of the version current at ``timestamp_ms``;
+    default: the latest)."""
+    if version is not None and timestamp_ms is not None:
+        raise InvalidArgumentError("give a version or a timestamp, not both")
+    if version is not None and version < 0:
+        raise InvalidArgumentError(f"version must be >= 0, not {version}")
+    if timestamp_ms is not None:
+        version = await resolve_version_at(store, timestamp_ms)
+    segment, listing = await load_segment(store, version, use_compactions=use_compactions)
+    state, segment = await _replay(store, segment, listing, files=True)
+    uri = store.root_uri
+    _check_state(uri, segment, state)
+    assert state.protocol is not None
+    check_readable(uri, state.protocol)
+    snapshot = Snapshot(
+        table_uri=uri,
+        version=segment.version,
+        state=state,
+        segment=segment,
+        timestamp_ms=await _commit_timestamp(store, segment, listing, state),
+    )
+    if validate_checksum and segment.crc is not None:
+        source = store.uri_for(segment.crc.key)
+        checksum = parse_version_checksum(source, await store.get(segment.crc.key))
+        validate_snapshot(snapshot, checksum, source)
+    return snapshot
+
+
+async def resolve_version_at(
+    store: ObjectStore,
+    timestamp_ms: int,
+    search: TimestampSearch = TimestampSearch.AT_OR_BEFORE,
+    *,
+    allow_after_latest: bool = False,
+) -> int:
+    """The version current at ``timestamp_ms`` (see :func:`resolve_timestamp`)."""
+    segment, listing = await load_segment(store)
+    state, _ = await _replay(store, segment, listing, files=False)
+    _check_state(store.root_uri, segment, state)
+    assert state.metadata is not None
+    full = listing if listing.listed_from == 0 else await list_log(store, 0)
+    return await resolve_timestamp(
+        store, full, state.metadata, timestamp_ms, search, allow_after_latest=allow_after_latest
+    )
+

@@ -1,0 +1,195 @@
+"""Commit timestamps and timestamp-to-version resolution.
+
+A version's commit timestamp is, per the protocol:
+
+* its ``commitInfo.inCommitTimestamp`` when in-commit timestamps are enabled for that
+  version (``delta.enableInCommitTimestamps`` and, if set,
+  ``delta.inCommitTimestampEnablementVersion <= version``);
+* otherwise the commit file's modification time, made strictly increasing across versions
+  (a commit whose file time is not after its predecessor's counts as predecessor + 1 ms),
+  as Delta's reference implementation does, so that time travel stays monotonic.
+
+Both kinds are monotonic across the enablement boundary (the protocol requires the
+enabling commit's timestamp to exceed its predecessor's file time), so one binary search
+over the available commits answers "which version was current at time T".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+from collections.abc import Awaitable, Callable, Sequence
+
+from deltastream.errors import CorruptCommitError, InvalidArgumentError, TimestampOutOfRangeError
+from deltastream.log.actions import Metadata
+from deltastream.log.paths import LogFile, commit_key
+from deltastream.log.segment import LogListing
+from deltastream.storage.base import ObjectStore
+
+__all__ = [
+    "ICT_ENABLED",
+    "ICT_ENABLEMENT_TIMESTAMP",
+    "ICT_ENABLEMENT_VERSION",
+    "TimestampSearch",
+    "format_ms",
+    "ict_enabled_at",
+    "parse_timestamp",
+    "read_in_commit_timestamp",
+    "resolve_timestamp",
+]
+
+ICT_ENABLED = "delta.enableInCommitTimestamps"
+ICT_ENABLEMENT_VERSION = "delta.inCommitTimestampEnablementVersion"
+ICT_ENABLEMENT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
+
+
+class TimestampSearch(enum.Enum):
+    #: The latest version committed at or before the timestamp (time travel, ``endingTimestamp``).
+    AT_OR_BEFORE = "at-or-before"
+    #: The earliest version committed at or after the timestamp (``startingTimestamp``).
+    AT_OR_AFTER = "at-or-after"
+
+
+def parse_timestamp(text: str) -> int:
+    """Parse an ISO-8601 timestamp (``Z`` or an offset; naive means UTC) to epoch millis."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError as e:
+        raise InvalidArgumentError(f"not an ISO-8601 timestamp: {text!r}") from e
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return int(value.timestamp() * 1000)
+
+
+def format_ms(ms: int) -> str:
+    """Epoch millis as an ISO-8601 UTC string, for messages."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+def ict_enabled_at(metadata: Metadata | None, version: int) -> bool:
+    """Whether ``version`` carries an in-commit timestamp, according to ``metadata``."""
+    if metadata is None or metadata.configuration.get(ICT_ENABLED, "").lower() != "true":
+        return False
+    since = metadata.configuration.get(ICT_ENABLEMENT_VERSION)
+    try:
+        return since is None or version >= int(since)
+    except ValueError:
+        return True
+
+
+async def read_in_commit_timestamp(store: ObjectStore, version: int) -> int:
+    """Read ``commitInfo.inCommitTimestamp`` from a commit, which must be its first action.
+
+    Only the start of the file is fetched: commits can be large, the first line is not.
+    """
+    key = commit_key(version)
+    uri = store.uri_for(key)
+    size = 16 * 1024
+    while True:
+        data = await store.get(key, (0, size))
+        newline = data.find(b"\n")
+        if newline >= 0 or len(data) < size:
+            first = data[: newline if newline >= 0 else len(data)]
+            break
+        size *= 4
+    try:
+        action = json.loads(first)
+    except ValueError as e:
+        raise CorruptCommitError(uri, f"line 1: invalid JSON: {e}") from None
+    info = action.get("commitInfo") if isinstance(action, dict) else None
+    ict = info.get("inCommitTimestamp") if isinstance(info, dict) else None
+    if not isinstance(ict, int) or isinstance(ict, bool):
+        raise CorruptCommitError(
+            uri, "in-commit timestamps are enabled but the first action has no commitInfo.inCommitTimestamp"
+        )
+    return ict
+
+
+def monotonic_file_times(commits: Sequence[LogFile]) -> list[int]:
+    """File modification times of ascending commits, made strictly increasing."""
+    out: list[int] = []
+    for f in commits:
+        ts = f.last_modified_ms
+        if out and ts <= out[-1]:
+            ts = out[-1] + 1
+        out.append(ts)
+    return out
+
+
+async def resolve_timestamp(
+    store: ObjectStore,
+    listing: LogListing,
+    latest_metadata: Metadata,
+    timestamp_ms: int,
+    search: TimestampSearch,
+    *,
+    allow_after_latest: bool = False,
+) -> int:
+    """The version current at ``timestamp_ms`` (see :class:`TimestampSearch`).
+
+    ``listing`` must be a full listing and ``latest_metadata`` the latest table metadata
+    (its in-commit timestamp settings decide which versions use which clock). As in Delta's
+    reference implementation, time travel to a timestamp after the latest commit is an
+    error (the answer could change as soon as the next commit lands) unless
+    ``allow_after_latest``.
+    """
+    commits_by_version = listing.commits()
+    versions = sorted(commits_by_version)
+    if not versions:
+        raise TimestampOutOfRangeError(f"{listing.table_uri}: the log has no commit files to date")
+    files = [commits_by_version[v] for v in versions]
+    file_times = monotonic_file_times(files)
+    cache: dict[int, int] = {}
+
+    async def ts_at(i: int) -> int:
+        if i not in cache:
+            v = versions[i]
+            if ict_enabled_at(latest_metadata, v):
+                cache[i] = await read_in_commit_timestamp(store, v)
+            else:
+                cache[i] = file_times[i]
+        return cache[i]
+
+    index = await _search(len(versions), ts_at, timestamp_ms, search)
+    last = len(versions) - 1
+    if (
+        index == last
+        and search is TimestampSearch.AT_OR_BEFORE
+        and not allow_after_latest
+        and await ts_at(last) < timestamp_ms
+    ):
+        index = None
+    if index is None:
+        when = format_ms(timestamp_ms)
+        first_ts = await ts_at(0)
+        if timestamp_ms < first_ts:
+            raise TimestampOutOfRangeError(
+                f"{listing.table_uri}: timestamp {when} is before the earliest available commit "
+                f"(version {versions[0]} at {format_ms(first_ts)})"
+            )
+        raise TimestampOutOfRangeError(
+            f"{listing.table_uri}: timestamp {when} is after the latest commit "
+            f"(version {versions[last]} at {format_ms(await ts_at(last))})"
+        )
+    return versions[index]
+
+
+async def _search(
+    n: int, ts_at: Callable[[int], Awaitable[int]], target: int, search: TimestampSearch
+) -> int | None:
+    lo, hi = 0, n - 1
+    found: int | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        ts = await ts_at(mid)
+        if search is TimestampSearch.AT_OR_BEFORE:
+            if ts <= target:
+                found, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        elif ts >= target:
+            found, hi = mid, mid - 1
+        else:
+            lo = mid + 1
+    return found

@@ -1,0 +1,55 @@
+"""Async object stores: the only layer that touches files or the network.
+
+:func:`open_store` turns a table URI (a local path, ``file://`` URI or ``s3://bucket/prefix``)
+into an :class:`ObjectStore` rooted at that location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
+
+from deltastream.errors import InvalidArgumentError
+from deltastream.storage.base import ObjectMeta, ObjectStore, StoreStats
+from deltastream.storage.local import LocalStore
+from deltastream.storage.s3 import S3Options, S3Store
+
+__all__ = [
+    "LocalStore",
+    "ObjectMeta",
+    "ObjectStore",
+    "S3Options",
+    "S3Store",
+    "StoreStats",
+    "open_store",
+]
+
+_S3_SCHEMES = ("s3", "s3a")
+
+
+def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
+    """Open a store rooted at ``uri``.
+
+    Local paths may be relative; ``file:`` URIs are percent-decoded. ``storage_options`` only
+    apply to S3 (endpoint, region, credentials, retry settings); passing them for a local
+    path is an error, so that a typo cannot silently read a different location.
+    """
+    if not uri:
+        raise InvalidArgumentError("empty table URI")
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme in _S3_SCHEMES:
+        return S3Store(parts.netloc, unquote(parts.path), S3Options.from_storage_options(storage_options))
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidArgumentError(f"{uri}: file URIs must not name a host")
+        path = unquote(parts.path)
+    elif scheme and len(scheme) > 1:
+        raise InvalidArgumentError(f"{uri}: unsupported URI scheme {scheme!r} (use a path or s3://)")
+    else:
+        path = uri  # a plain path (a one-letter "scheme" is a Windows drive)
+    if storage_options:
+        raise InvalidArgumentError(
+            f"{uri}: storage options {sorted(storage_options)} only apply to s3:// tables"
+        )
+    return LocalStore(path)

@@ -1,0 +1,124 @@
+"""The async object-store interface every storage backend implements.
+
+A store is rooted at one location (a table's root directory or ``s3://bucket/prefix``) and
+addresses objects by *keys*: ``/``-separated paths relative to that root, already decoded
+(a key may contain spaces, ``%``, ``=`` or any Unicode character). Stores are the only part
+of deltastream that touches files or the network.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import anyio
+
+from deltastream.errors import InvalidArgumentError
+
+__all__ = ["ObjectMeta", "ObjectStore", "StoreStats", "check_byte_range"]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    """What a listing or ``head`` reports about one object."""
+
+    key: str
+    size: int
+    last_modified_ms: int
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Request counters, for observability and for tests that assert request counts."""
+
+    list_requests: int = 0
+    get_requests: int = 0
+    head_requests: int = 0
+    put_requests: int = 0
+    retries: int = 0
+
+
+class ObjectStore(ABC):
+    """Async access to the objects under one root.
+
+    Implementations must be safe to use from many tasks at once. ``aclose`` releases network
+    clients; a store can also be used as an async context manager.
+    """
+
+    #: Upper bound on concurrent requests issued by :meth:`get_many`.
+    max_concurrency: int = 16
+
+    def __init__(self) -> None:
+        self.stats = StoreStats()
+
+    @property
+    @abstractmethod
+    def root_uri(self) -> str:
+        """The URI of the root, without a trailing slash (``file:///t`` or ``s3://b/p``)."""
+
+    def uri_for(self, key: str) -> str:
+        """The full URI of ``key``, for messages."""
+        return f"{self.root_uri}/{key}" if key else self.root_uri
+
+    @abstractmethod
+    def list_from(self, directory: str, start_after: str | None = None) -> AsyncIterator[ObjectMeta]:
+        """Yield the objects directly inside ``directory`` (not in its subdirectories).
+
+        ``directory`` is a key prefix ending in ``/`` (or ``""`` for the root). Objects come
+        in ascending lexicographic (byte) order of their keys; with ``start_after``, only
+        keys strictly greater than it are yielded. Large listings are paginated internally.
+        A directory that does not exist yields nothing.
+        """
+
+    @abstractmethod
+    async def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
+        """Return the object's bytes, or only ``[start, end)`` of them.
+
+        Raises :class:`~deltastream.errors.ObjectNotFoundError` if the key does not exist.
+        """
+
+    @abstractmethod
+    async def head(self, key: str) -> ObjectMeta:
+        """Return the object's size and modification time without reading it."""
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes]:
+        """Fetch several objects concurrently, returning their bytes in the order of ``keys``."""
+        results: list[bytes] = [b""] * len(keys)
+        if not keys:
+            return results
+        limit = anyio.Semaphore(max(1, min(self.max_concurrency, len(keys))))
+
+        async def fetch(i: int, key: str) -> None:
+            async with limit:
+                results[i] = await self.get(key)
+
+        async with anyio.create_task_group() as tg:
+            for i, key in enumerate(keys):
+                tg.start_soon(fetch, i, key)
+        return results
+
+    async def aclose(self) -> None:  # noqa: B027 - a no-op default is the right default
+        """Release any clients; the store must not be used afterwards."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def check_byte_range(uri: str, byte_range: tuple[int, int] | None) -> None:
+    """Validate a half-open byte range argument."""
+    if byte_range is None:
+        return
+    start, end = byte_range
+    if start < 0 or end < start:
+        raise InvalidArgumentError(f"{uri}: invalid byte range [{start}, {end})")

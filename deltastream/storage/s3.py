@@ -1,0 +1,347 @@
+"""S3 object store over aiobotocore.
+
+The client is created lazily on first use and closed by :meth:`S3Store.aclose`. Requests are
+retried by this module (botocore's own retries are switched off so that there is exactly one
+policy): throttling (``503 SlowDown`` and friends), any 5xx and connection errors are retried
+with exponential backoff and full jitter; anything else fails at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+import anyio
+import botocore.exceptions
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+from deltastream.errors import InvalidArgumentError, ObjectNotFoundError, StorageError
+from deltastream.storage.base import ObjectMeta, ObjectStore, check_byte_range
+
+__all__ = ["S3Options", "S3Store"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Option names users may pass, mapped to S3Options fields. The AWS_* spellings match the
+# environment variables and delta-rs's storage options, so one options dict serves both.
+_OPTION_ALIASES: dict[str, str] = {
+    "endpoint_url": "endpoint_url",
+    "endpoint": "endpoint_url",
+    "aws_endpoint_url": "endpoint_url",
+    "aws_endpoint": "endpoint_url",
+    "region": "region",
+    "region_name": "region",
+    "aws_region": "region",
+    "aws_default_region": "region",
+    "access_key_id": "access_key_id",
+    "aws_access_key_id": "access_key_id",
+    "secret_access_key": "secret_access_key",
+    "aws_secret_access_key": "secret_access_key",
+    "session_token": "session_token",
+    "aws_session_token": "session_token",
+    "profile": "profile",
+    "aws_profile": "profile",
+    "addressing_style": "addressing_style",
+    "aws_virtual_hosted_style_request": "virtual_hosted_style",
+    "virtual_hosted_style_request": "virtual_hosted_style",
+    "max_attempts": "max_attempts",
+    "retry_base_delay": "retry_base_delay",
+    "retry_max_delay": "retry_max_delay",
+    "connect_timeout": "connect_timeout",
+    "read_timeout": "read_timeout",
+    "max_concurrency": "max_concurrency",
+    # Accepted for compatibility with delta-rs option dicts; they change nothing here.
+    "aws_allow_http": "_ignored",
+    "allow_http": "_ignored",
+    "aws_s3_allow_unsafe_rename": "_ignored",
+    "aws_conditional_put": "_ignored",
+}
+
+_THROTTLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "TooManyRequestsException",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    botocore.exceptions.HTTPClientError,
+    botocore.exceptions.ConnectionError,
+    botocore.exceptions.IncompleteReadError,
+    aiohttp.ClientError,
+    TimeoutError,
+)
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """Connection and retry settings for :class:`S3Store`.
+
+    Credentials left unset fall back to the standard AWS chain (environment, shared config
+    and credentials files, container and instance metadata).
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    profile: str | None = None
+    addressing_style: str | None = None
+    max_attempts: int = 10
+    retry_base_delay: float = 0.05
+    retry_max_delay: float = 5.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    max_concurrency: int = 32
+
+    @classmethod
+    def from_storage_options(cls, options: Mapping[str, str] | None) -> S3Options:
+        """Build options from a ``storage_options`` mapping (keys are case-insensitive)."""
+        values: dict[str, Any] = {}
+        for raw_key, raw_value in (options or {}).items():
+            key = _OPTION_ALIASES.get(raw_key.lower())
+            if key is None:
+                known = ", ".join(sorted(k for k, v in _OPTION_ALIASES.items() if v != "_ignored"))
+                raise InvalidArgumentError(
+                    f"unknown S3 storage option {raw_key!r}; known options: {known}"
+                )
+            if key == "_ignored":
+                continue
+            value = str(raw_value)
+            if key == "virtual_hosted_style":
+                values["addressing_style"] = "virtual" if _truthy(value) else "path"
+            elif key in ("max_attempts", "max_concurrency"):
+                values[key] = _parse_number(raw_key, value, int)
+                if values[key] < 1:
+                    raise InvalidArgumentError(f"storage option {raw_key!r} must be >= 1")
+            elif key in ("retry_base_delay", "retry_max_delay", "connect_timeout", "read_timeout"):
+                values[key] = _parse_number(raw_key, value, float)
+            else:
+                values[key] = value
+        style = values.get("addressing_style")
+        if style is not None and style not in ("path", "virtual", "auto"):
+            raise InvalidArgumentError(
+                f"storage option 'addressing_style' must be path, virtual or auto, not {style!r}"
+            )
+        return cls(**values)
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _parse_number(name: str, value: str, kind: Callable[[str], T]) -> T:
+    try:
+        return kind(value)
+    except ValueError as e:
+        raise InvalidArgumentError(f"storage option {name!r}: {value!r} is not a number") from e
+
+
+def _error_code(err: botocore.exceptions.ClientError) -> tuple[str, int]:
+    code = str(err.response.get("Error", {}).get("Code", ""))
+    status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return code, status
+
+
+def is_retryable(err: BaseException) -> bool:
+    """Whether a failed S3 request may succeed if simply tried again."""
+    if isinstance(err, botocore.exceptions.ClientError):
+        code, status = _error_code(err)
+        return code in _THROTTLE_CODES or status >= 500 or status == 429
+    return isinstance(err, _CONNECTION_ERRORS)
+
+
+class S3Store(ObjectStore):
+    """Objects under ``s3://bucket/prefix``."""
+
+    def __init__(self, bucket: str, prefix: str = "", options: S3Options | None = None) -> None:
+        super().__init__()
+        if not bucket:
+            raise InvalidArgumentError("an S3 URI needs a bucket: s3://bucket/path")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.options = options or S3Options()
+        self.max_concurrency = self.options.max_concurrency
+        self._client: Any = None
+        self._stack: AsyncExitStack | None = None
+        self._client_lock = anyio.Lock()
+        self._closed = False
+
+    @property
+    def root_uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def _full_key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _relative_key(self, full_key: str) -> str:
+        return full_key[len(self.prefix) + 1 :] if self.prefix else full_key
+
+    async def _get_client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._client_lock:
+            if self._closed:
+                raise StorageError(self.root_uri, "store is closed")
+            if self._client is None:
+                opts = self.options
+                session = get_session()
+                if opts.profile:
+                    session.set_config_variable("profile", opts.profile)
+                s3_config: dict[str, str] = {}
+                if opts.addressing_style:
+                    s3_config["addressing_style"] = opts.addressing_style
+                elif opts.endpoint_url:
+                    s3_config["addressing_style"] = "path"
+                config = AioConfig(
+                    retries={"total_max_attempts": 1, "mode": "standard"},
+                    connect_timeout=opts.connect_timeout,
+                    read_timeout=opts.read_timeout,
+                    max_pool_connections=max(10, opts.max_concurrency),
+                    s3=s3_config or None,
+                )
+                stack = AsyncExitStack()
+                self._client = await stack.enter_async_context(
+                    session.create_client(
+                        "s3",
+                        region_name=opts.region,
+                        endpoint_url=opts.endpoint_url,
+                        aws_access_key_id=opts.access_key_id,
+                        aws_secret_access_key=opts.secret_access_key,
+                        aws_session_token=opts.session_token,
+                        config=config,
+                    )
+                )
+                self._stack = stack
+        return self._client
+
+    async def aclose(self) -> None:
+        async with self._client_lock:
+            self._closed = True
+            stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _call(self, uri: str, what: str, op: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``op(client)`` with this store's retry policy."""
+        opts = self.options
+        client = await self._get_client()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await op(client)
+            except botocore.exceptions.ClientError as e:
+                code, status = _error_code(e)
+                if code in _NOT_FOUND_CODES or status == 404:
+                    raise ObjectNotFoundError(uri) from e
+                if not is_retryable(e) or attempt >= opts.max_attempts:
+                    raise StorageError(
+                        uri, f"{what} failed after {attempt} attempt(s): {code or status}: {e}"
+                    ) from e
+                reason = f"{code or status}"
+            except _CONNECTION_ERRORS as e:
+                if attempt >= opts.max_attempts:
+                    raise StorageError(
+                        uri, f"{what} failed after {attempt} attempt(s): {type(e).__name__}: {e}"
+                    ) from e
+                reason = type(e).__name__
+            except botocore.exceptions.NoCredentialsError as e:
+                raise StorageError(uri, f"{what} failed: no AWS credentials found") from e
+            delay = random.uniform(0, min(opts.retry_max_delay, opts.retry_base_delay * 2**attempt))
+            self.stats.retries += 1
+            log.debug("retrying %s %s in %.3fs after %s", what, uri, delay, reason)
+            await anyio.sleep(delay)
+
+    async def list_from(
+        self, directory: str, start_after: str | None = None
+    ) -> AsyncIterator[ObjectMeta]:
+        prefix = directory if not directory or directory.endswith("/") else directory + "/"
+        full_prefix = self._full_key(prefix)
+        token: str | None = None
+        uri = self.uri_for(prefix)
+        while True:
+            kwargs: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Prefix": full_prefix,
+                "Delimiter": "/",
+            }
+            if token is not None:
+                kwargs["ContinuationToken"] = token
+            elif start_after is not None:
+                kwargs["StartAfter"] = self._full_key(start_after)
+
+            async def list_page(client: Any, kwargs: dict[str, Any] = kwargs) -> Any:
+                self.stats.list_requests += 1
+                return await client.list_objects_v2(**kwargs)
+
+            page = await self._call(uri, "LIST", list_page)
+            for obj in page.get("Contents", ()):
+                key = self._relative_key(obj["Key"])
+                if key == prefix:  # a "directory marker" object
+                    continue
+                yield ObjectMeta(
+                    key=key,
+                    size=int(obj["Size"]),
+                    last_modified_ms=int(obj["LastModified"].timestamp() * 1000),
+                )
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+            if not token:
+                raise StorageError(uri, "LIST response is truncated but has no continuation token")
+
+    async def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
+        uri = self.uri_for(key)
+        check_byte_range(uri, byte_range)
+        if byte_range is not None and byte_range[0] == byte_range[1]:
+            return b""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
+        if byte_range is not None:
+            kwargs["Range"] = f"bytes={byte_range[0]}-{byte_range[1] - 1}"
+
+        async def fetch(client: Any) -> bytes:
+            self.stats.get_requests += 1
+            resp = await client.get_object(**kwargs)
+            async with resp["Body"] as body:
+                data: bytes = await body.read()
+            expected = resp.get("ContentLength")
+            if expected is not None and len(data) != int(expected):
+                raise botocore.exceptions.IncompleteReadError(
+                    actual_bytes=len(data), expected_bytes=int(expected)
+                )
+            return data
+
+        return await self._call(uri, "GET", fetch)
+
+    async def head(self, key: str) -> ObjectMeta:
+        uri = self.uri_for(key)
+
+        async def head_object(client: Any) -> Any:
+            self.stats.head_requests += 1
+            return await client.head_object(Bucket=self.bucket, Key=self._full_key(key))
+
+        resp = await self._call(uri, "HEAD", head_object)
+        return ObjectMeta(
+            key=key,
+            size=int(resp["ContentLength"]),
+            last_modified_ms=int(resp["LastModified"].timestamp() * 1000),
+        )

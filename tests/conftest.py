@@ -1,0 +1,113 @@
+"""Shared fixtures: the conformance corpora, async tests, and a real S3 server.
+
+* ``CORPORA``: ``../shared/corpora`` next to the project, used in place (never copied).
+* async tests use anyio's pytest plugin on asyncio (``@pytest.mark.anyio``).
+* ``s3_server``: moto's ``ThreadedMotoServer`` on a free 127.0.0.1 port for the session;
+  ``s3_bucket`` gives each test a fresh bucket and the storage options to reach it. Every
+  S3 request in the tests goes over HTTP through aiobotocore; nothing is patched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPORA = (ROOT / ".." / "shared" / "corpora").resolve()
+
+S3_CREDENTIALS = {
+    "aws_access_key_id": "testing",
+    "aws_secret_access_key": "testing",
+    "region": "us-east-1",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not (CORPORA / "INDEX.md").is_file():
+        raise pytest.UsageError(
+            f"conformance corpora not found at {CORPORA}: tests need ../shared/corpora"
+        )
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+
+    def client(self):  # type: ignore[no-untyped-def]
+        """A synchronous boto3 client, for test set-up only (writing fixtures)."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=S3_CREDENTIALS["aws_access_key_id"],
+            aws_secret_access_key=S3_CREDENTIALS["aws_secret_access_key"],
+            region_name=S3_CREDENTIALS["region"],
+        )
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    from moto.server import ThreadedMotoServer
+
+    # Keep the AWS credential chain from finding anything real on the machine.
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield S3Server(endpoint=f"http://127.0.0.1:{port}")
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    server: S3Server
+    name: str
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return {"endpoint_url": self.server.endpoint, **S3_CREDENTIALS}
+
+    def uri(self, prefix: str = "") -> str:
+        return f"s3://{self.name}/{prefix}" if prefix else f"s3://{self.name}"
+
+    def put(self, key: str, data: bytes) -> None:
+        self.server.client().put_object(Bucket=self.name, Key=key, Body=data)
+
+    def upload_dir(self, local: Path, prefix: str) -> str:
+        """Copy a local directory tree under ``prefix``; returns the ``s3://`` URI."""
+        client = self.server.client()
+        for path in sorted(local.rglob("*")):
+            if path.is_file():
+                key = f"{prefix}/{path.relative_to(local).as_posix()}"
+                client.put_object(Bucket=self.name, Key=key, Body=path.read_bytes())
+        return self.uri(prefix)
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> S3Bucket:
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    s3_server.client().create_bucket(Bucket=name)
+    return S3Bucket(s3_server, name)
