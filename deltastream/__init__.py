@@ -3,6 +3,8 @@
 The public API: open a table, load snapshots (by version or timestamp), and the errors.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from deltastream.errors import (
     ChecksumMismatchError,
     CorruptCheckpointError,
@@ -37,9 +39,21 @@ from deltastream.log.actions import (
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table, open_table, read_snapshot
 from deltastream.snapshot.timestamps import TimestampSearch
-from deltastream.storage import ObjectStore, S3Options, open_store
+from deltastream.storage import ObjectStore, open_store
+
+if TYPE_CHECKING:
+    from deltastream.storage.s3 import S3Options
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "S3Options":  # imported lazily: see deltastream.storage
+        from deltastream.storage.s3 import S3Options
+
+        return S3Options
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AddCDCFile",

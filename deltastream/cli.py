@@ -53,7 +53,9 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deltastream", description="Follow a Delta Lake table as it changes."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug information to stderr")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log debug information to stderr"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     snap = sub.add_parser("snapshot", help="print a table's version, protocol and metadata")

@@ -76,7 +76,9 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
 class TableNotFoundError(DeltaStreamError):
     """The location holds no Delta table (no ``_delta_log`` or an empty one)."""
 
-    def __init__(self, uri: str, problem: str = "not a Delta table: no commits or checkpoints in _delta_log") -> None:
+    def __init__(
+        self, uri: str, problem: str = "not a Delta table: no commits or checkpoints in _delta_log"
+    ) -> None:
         super().__init__(f"{uri}: {problem}")
         self.uri = uri
 
@@ -164,6 +166,8 @@ class VersionNotFoundError(DeltaStreamError):
     def __init__(self, uri: str, version: int, earliest: int | None, latest: int | None) -> None:
         if latest is None:
             detail = "the table has no versions"
+        elif earliest is None:
+            detail = f"the log holds versions up to {latest}, but none it can reconstruct"
         else:
             detail = f"available versions are {earliest}..{latest}"
         super().__init__(f"{uri}: cannot load version {version}: {detail}")

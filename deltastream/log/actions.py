@@ -128,7 +128,9 @@ def _opt(d: Mapping[str, Any], key: str, kind: type[T] | tuple[type, ...], actio
     return _get(d, key, kind, action)
 
 
-def _str_map(d: Mapping[str, Any], key: str, action: str, required: bool = False) -> Mapping[str, str]:
+def _str_map(
+    d: Mapping[str, Any], key: str, action: str, required: bool = False
+) -> Mapping[str, str]:
     value = d.get(key)
     if value is None:
         if required:
@@ -146,8 +148,10 @@ def _str_list(d: Mapping[str, Any], key: str, action: str) -> tuple[str, ...] | 
     value = d.get(key)
     if value is None:
         return None
-    if not isinstance(value, Sequence) or isinstance(value, str) or not all(
-        isinstance(x, str) for x in value
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or not all(isinstance(x, str) for x in value)
     ):
         raise ActionFormatError(f"{action}.{key} must be an array of strings, not {value!r}")
     return tuple(value)
@@ -337,7 +341,9 @@ class DeletionVectorDescriptor:
     def from_json(cls, d: Mapping[str, Any]) -> DeletionVectorDescriptor:
         storage_type = _get(d, "storageType", str, "deletionVector")
         if storage_type not in ("u", "i", "p"):
-            raise ActionFormatError(f"deletionVector.storageType must be u, i or p, not {storage_type!r}")
+            raise ActionFormatError(
+                f"deletionVector.storageType must be u, i or p, not {storage_type!r}"
+            )
         return cls(
             storage_type=storage_type,
             path_or_inline_dv=_get(d, "pathOrInlineDv", str, "deletionVector"),

@@ -9,7 +9,9 @@ columns become nulls and extra ones (the ``*_parsed`` structs included) are drop
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,37 +30,96 @@ from deltastream.log.actions import (
     Sidecar,
     Txn,
 )
-from deltastream.log.commit import LogActions, parse_actions_json
+from deltastream.log.commit import LogActions, empty_file_actions, parse_actions_json
 
-__all__ = ["merge_checkpoint_parts", "parse_checkpoint", "parse_checkpoint_parquet"]
+__all__ = [
+    "RowFilter",
+    "merge_checkpoint_parts",
+    "parse_checkpoint",
+    "parse_checkpoint_parquet",
+]
 
-_NON_FILE_COLUMNS = ("metaData", "protocol", "txn", "domainMetadata", "sidecar", "checkpointMetadata")
+_NON_FILE_COLUMNS = (
+    "metaData",
+    "protocol",
+    "txn",
+    "domainMetadata",
+    "sidecar",
+    "checkpointMetadata",
+)
 
 
-def parse_checkpoint(source: str, data: bytes, fmt: str, *, file_actions: bool = True) -> LogActions:
+#: Decides which checkpoint rows to keep: given a batch of rows (columns ``add`` and
+#: ``remove``, canonical types), returns a boolean mask. Rows holding neither action are
+#: dropped whatever it says.
+RowFilter = Callable[[pa.Table], "pa.Array[Any] | pa.ChunkedArray[Any]"]
+
+#: Rows decoded at a time: bounds the memory spent on rows that the filter then drops.
+_BATCH_ROWS = 8_192
+_READ_BUFFER = 1 << 20
+
+
+def parse_checkpoint(
+    source: str,
+    data: bytes | pa.NativeFile,
+    fmt: str,
+    *,
+    file_actions: bool = True,
+    row_filter: RowFilter | None = None,
+) -> LogActions:
     """Parse one checkpoint file (or sidecar) of format ``"parquet"`` or ``"json"``.
 
     With ``file_actions=False`` the ``add``/``remove`` columns of a parquet checkpoint are
-    not even decoded: enough to learn the protocol and metadata cheaply.
+    not even decoded: enough to learn the protocol and metadata cheaply. ``row_filter``
+    drops file actions while the checkpoint is decoded (see :data:`RowFilter`).
     """
     if fmt == "json":
-        return parse_actions_json(source, data, checkpoint=True)
-    return parse_checkpoint_parquet(source, data, file_actions=file_actions)
+        raw = data if isinstance(data, bytes) else data.read()
+        actions = parse_actions_json(source, raw, checkpoint=True)
+        if row_filter is None or not actions.file_actions.num_rows:
+            return actions
+        return replace(actions, file_actions=_split(actions.file_actions, row_filter))
+    return parse_checkpoint_parquet(source, data, file_actions=file_actions, row_filter=row_filter)
 
 
-def parse_checkpoint_parquet(source: str, data: bytes, *, file_actions: bool = True) -> LogActions:
-    columns = ("add", "remove", *_NON_FILE_COLUMNS) if file_actions else _NON_FILE_COLUMNS
+def parse_checkpoint_parquet(
+    source: str,
+    data: bytes | pa.NativeFile,
+    *,
+    file_actions: bool = True,
+    row_filter: RowFilter | None = None,
+) -> LogActions:
+    """Parse a parquet checkpoint, part or sidecar.
+
+    File actions are decoded in batches, cast to the canonical types and filtered as they
+    come; the result's ``file_actions`` holds all adds, then all removes.
+    """
     try:
-        pf = pq.ParquetFile(pa.BufferReader(data))
+        # No pre-buffering and a small read buffer: column chunks are streamed page by page
+        # instead of being read whole before decoding starts (which doubles peak memory).
+        pf = pq.ParquetFile(
+            data if isinstance(data, pa.NativeFile) else pa.BufferReader(data),
+            pre_buffer=False,
+            buffer_size=_READ_BUFFER,
+        )
         present = set(pf.schema_arrow.names)
-        wanted = [c for c in columns if c in present]
-        table = pf.read(columns=wanted, use_threads=True)
+        table = pf.read(columns=[c for c in _NON_FILE_COLUMNS if c in present], use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise CorruptCheckpointError(source, f"not a readable parquet file: {e}") from None
-    try:
-        actions_table = _file_actions(table)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-        raise CorruptCheckpointError(source, f"add/remove columns have an unexpected type: {e}") from None
+    actions_table = empty_file_actions()
+    file_columns = [c for c in ("add", "remove") if c in present] if file_actions else []
+    if file_columns:
+        try:
+            batches = pf.iter_batches(batch_size=_BATCH_ROWS, columns=file_columns)
+            actions_table = _split_batches(
+                (pa.Table.from_batches([b]) for b in batches), row_filter
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+            raise CorruptCheckpointError(
+                source, f"add/remove columns have an unexpected type: {e}"
+            ) from None
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise CorruptCheckpointError(source, f"not a readable parquet file: {e}") from None
     try:
         rows = {name: _non_null_rows(table, name) for name in _NON_FILE_COLUMNS}
         protocols = [Protocol.from_json(r) for r in rows["protocol"]]
@@ -81,22 +142,47 @@ def parse_checkpoint_parquet(source: str, data: bytes, *, file_actions: bool = T
     return actions
 
 
-def _file_actions(table: pa.Table) -> pa.Table:
-    """Rows of the checkpoint that hold an add or a remove, cast to the canonical types."""
-    n = table.num_rows
-    add = table.column("add") if "add" in table.column_names else pa.nulls(n, ADD_TYPE)
-    remove = table.column("remove") if "remove" in table.column_names else pa.nulls(n, REMOVE_TYPE)
-    mask = pc.or_(pc.is_valid(add), pc.is_valid(remove))
-    if n and not pc.all(mask).as_py():
-        add = pc.filter(add, mask)
-        remove = pc.filter(remove, mask)
-    add = add.cast(ADD_TYPE)
-    remove = remove.cast(REMOVE_TYPE)
-    out = pa.Table.from_arrays([add, remove], schema=FILE_ACTIONS_SCHEMA)
-    paths_missing = pc.sum(pc.and_(pc.is_valid(add), pc.is_null(pc.struct_field(add, "path"))))
-    if (paths_missing.as_py() or 0) > 0:
-        raise pa.ArrowInvalid("add action with a null path")
-    return out
+def _split(table: pa.Table, row_filter: RowFilter | None) -> pa.Table:
+    return _split_batches([table], row_filter)
+
+
+def _split_batches(tables: Iterable[pa.Table], row_filter: RowFilter | None) -> pa.Table:
+    """Filter batches of checkpoint rows into one table: the kept adds, then the kept removes.
+
+    Chunks without a dropped row are not copied.
+    """
+    adds: list[pa.Array[Any]] = []
+    removes: list[pa.Array[Any]] = []
+    for table in tables:
+        n = table.num_rows
+        names = table.column_names
+        add = table.column("add").cast(ADD_TYPE) if "add" in names else pa.nulls(n, ADD_TYPE)
+        remove = (
+            table.column("remove").cast(REMOVE_TYPE)
+            if "remove" in names
+            else pa.nulls(n, REMOVE_TYPE)
+        )
+        add_valid, remove_valid = pc.is_valid(add), pc.is_valid(remove)
+        missing_path = pc.and_(add_valid, pc.is_null(pc.struct_field(add, "path")))
+        if pc.any(missing_path).as_py():
+            raise pa.ArrowInvalid("an add action has a null path")
+        if row_filter is not None:
+            keep = row_filter(pa.Table.from_arrays([add, remove], schema=FILE_ACTIONS_SCHEMA))
+            add_valid = pc.and_(add_valid, keep)
+            remove_valid = pc.and_(remove_valid, keep)
+        adds.extend(_kept_chunks(add, add_valid))
+        removes.extend(_kept_chunks(remove, remove_valid))
+    n_add, n_remove = sum(map(len, adds)), sum(map(len, removes))
+    # The stubs lack an overload for struct types.
+    add_column = pa.chunked_array([*adds, pa.nulls(n_remove, ADD_TYPE)], type=ADD_TYPE)  # type: ignore[call-overload]
+    remove_column = pa.chunked_array([pa.nulls(n_add, REMOVE_TYPE), *removes], type=REMOVE_TYPE)  # type: ignore[call-overload]
+    return pa.Table.from_arrays([add_column, remove_column], schema=FILE_ACTIONS_SCHEMA)
+
+
+def _kept_chunks(column: Any, mask: Any) -> list[pa.Array[Any]]:
+    """The chunks of ``column`` where ``mask`` holds; chunks keeping every row are not copied."""
+    kept = column if pc.all(mask).as_py() else column.filter(mask)
+    return list(kept.chunks) if isinstance(kept, pa.ChunkedArray) else [kept]
 
 
 def _non_null_rows(table: pa.Table, name: str) -> list[dict[str, Any]]:
@@ -106,8 +192,31 @@ def _non_null_rows(table: pa.Table, name: str) -> list[dict[str, Any]]:
     if col.null_count == len(col):
         return []
     col = pc.drop_null(col)
-    rows: list[dict[str, Any]] = col.to_pylist(maps_as_pydicts="strict")
-    return rows
+    try:
+        return cast(list[dict[str, Any]], col.to_pylist(maps_as_pydicts="strict"))
+    except ValueError:
+        # A map repeats a key, which no action's Map[String, String] may: say where.
+        where = _repeated_map_key(col.to_pylist(), name)
+        raise ActionFormatError(f"{where or name}: a map repeats a key") from None
+
+
+def _repeated_map_key(value: Any, path: str) -> str | None:
+    """The path of the first map (a list of key/value pairs) with a repeated key."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _repeated_map_key(v, f"{path}.{k}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        if value and all(isinstance(x, tuple) and len(x) == 2 for x in value):
+            keys = [k for k, _ in value]
+            if len(set(keys)) < len(keys):
+                return f"{path} (key {next(k for k in keys if keys.count(k) > 1)!r})"
+        for item in value:
+            found = _repeated_map_key(item, path)
+            if found:
+                return found
+    return None
 
 
 def _at_most_one(source: str, name: str, items: list[Any]) -> Any:
@@ -115,7 +224,9 @@ def _at_most_one(source: str, name: str, items: list[Any]) -> Any:
         # Duplicates are tolerated only when identical: multi-part writers may repeat them.
         if all(item == items[0] for item in items[1:]):
             return items[0]
-        raise CorruptCheckpointError(source, f"checkpoint holds {len(items)} different {name} actions")
+        raise CorruptCheckpointError(
+            source, f"checkpoint holds {len(items)} different {name} actions"
+        )
     return items[0] if items else None
 
 

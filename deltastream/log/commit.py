@@ -10,10 +10,12 @@ file, the line and the problem.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from deltastream.errors import CorruptCheckpointError, CorruptCommitError, CorruptFileError
 from deltastream.log.actions import (
@@ -31,7 +33,13 @@ from deltastream.log.actions import (
     Txn,
 )
 
-__all__ = ["LogActions", "empty_file_actions", "parse_actions_json", "parse_commit"]
+__all__ = [
+    "LogActions",
+    "empty_file_actions",
+    "parse_actions_json",
+    "parse_commit",
+    "parse_many",
+]
 
 _REQUIRED_FILE_FIELDS: dict[str, tuple[str, ...]] = {
     "add": ("path", "size", "partitionValues"),
@@ -39,22 +47,31 @@ _REQUIRED_FILE_FIELDS: dict[str, tuple[str, ...]] = {
     "cdc": ("path", "size", "partitionValues"),
 }
 
+_COMMIT_ONLY = frozenset({"cdc", "commitInfo"})
+_CHECKPOINT_ONLY = frozenset({"sidecar", "checkpointMetadata"})
 _KNOWN_ACTIONS = frozenset(
-    ("add", "remove", "cdc", "metaData", "protocol", "txn", "domainMetadata", "commitInfo")
-    + ("sidecar", "checkpointMetadata")
+    {"add", "remove", "metaData", "protocol", "txn", "domainMetadata"}
+    | _COMMIT_ONLY
+    | _CHECKPOINT_ONLY
 )
 
 
+_EMPTY_FILE_ACTIONS = FILE_ACTIONS_SCHEMA.empty_table()
+_EMPTY_CDC = pa.array([], type=CDC_TYPE)
+
+
 def empty_file_actions() -> pa.Table:
-    return FILE_ACTIONS_SCHEMA.empty_table()
+    return _EMPTY_FILE_ACTIONS
 
 
 @dataclass(frozen=True)
 class LogActions:
     """The actions of one log file (or of all parts of one checkpoint).
 
-    ``file_actions`` has columns ``add`` and ``remove``; each row holds exactly one of them,
-    in the order they appear in the file. ``cdc`` holds ``cdc`` actions (commits only).
+    ``file_actions`` has columns ``add`` and ``remove``, at most one of them non-null per row,
+    in the order the actions appear in the file (checkpoint tables may also hold rows with
+    neither, where the checkpoint stored another action; they mean nothing). ``cdc`` holds
+    ``cdc`` actions (commits only).
     """
 
     source: str
@@ -64,7 +81,7 @@ class LogActions:
     txns: tuple[Txn, ...] = ()
     domain_metadata: tuple[DomainMetadata, ...] = ()
     file_actions: pa.Table = field(default_factory=empty_file_actions)
-    cdc: pa.Array = field(default_factory=lambda: pa.array([], type=CDC_TYPE))
+    cdc: pa.Array[Any] = field(default_factory=lambda: _EMPTY_CDC)
     sidecars: tuple[Sidecar, ...] = ()
     checkpoint_metadata: CheckpointMetadata | None = None
 
@@ -75,13 +92,68 @@ def parse_commit(source: str, data: bytes) -> LogActions:
 
 
 def parse_actions_json(source: str, data: bytes, *, checkpoint: bool) -> LogActions:
-    """Parse newline-delimited JSON actions.
+    """Parse one file of newline-delimited JSON actions (see :func:`parse_many`)."""
+    return parse_many([(source, data)], checkpoint=checkpoint)[0]
 
-    With ``checkpoint=True`` the file is a JSON V2 checkpoint: ``sidecar`` and
+
+@dataclass
+class _Rows:
+    """File-action rows of several files, gathered to become one Arrow array per kind."""
+
+    adds: list[Any] = field(default_factory=list)
+    removes: list[Any] = field(default_factory=list)
+    cdcs: list[Any] = field(default_factory=list)
+    #: (file index, line number) of each add/remove row and of each cdc row, for messages.
+    where: list[tuple[int, int]] = field(default_factory=list)
+    cdc_where: list[tuple[int, int]] = field(default_factory=list)
+
+
+def parse_many(files: Sequence[tuple[str, bytes]], *, checkpoint: bool = False) -> list[LogActions]:
+    """Parse newline-delimited JSON action files, given as ``(source, bytes)`` pairs.
+
+    All files' file actions are converted to Arrow together (a per-file conversion costs
+    more than the parsing itself) and each result holds a zero-copy slice of them.
+
+    With ``checkpoint=True`` the files are JSON V2 checkpoints: ``sidecar`` and
     ``checkpointMetadata`` actions are kept and ``commitInfo``/``cdc`` are ignored. In a
     commit it is the other way round (V2 checkpoint actions do not take part in replay).
     """
     error: type[CorruptFileError] = CorruptCheckpointError if checkpoint else CorruptCommitError
+    rows = _Rows()
+    headers: list[dict[str, Any]] = []
+    spans: list[tuple[int, int, int, int]] = []
+    for index, (source, data) in enumerate(files):
+        first, first_cdc = len(rows.adds), len(rows.cdcs)
+        headers.append(_parse_file(index, source, data, checkpoint, error, rows))
+        spans.append((first, len(rows.adds) - first, first_cdc, len(rows.cdcs) - first_cdc))
+    sources = [source for source, _ in files]
+    table = _EMPTY_FILE_ACTIONS
+    if rows.adds:
+        add_arr = _to_arrow(sources, error, rows.adds, ADD_TYPE, "add", rows.where)
+        remove_arr = _to_arrow(sources, error, rows.removes, REMOVE_TYPE, "remove", rows.where)
+        table = pa.Table.from_arrays([add_arr, remove_arr], schema=FILE_ACTIONS_SCHEMA)
+    cdc_arr = _EMPTY_CDC
+    if rows.cdcs:
+        cdc_arr = _to_arrow(sources, error, rows.cdcs, CDC_TYPE, "cdc", rows.cdc_where)
+    return [
+        LogActions(
+            **header,
+            file_actions=table.slice(start, n) if n else _EMPTY_FILE_ACTIONS,
+            cdc=cdc_arr.slice(cdc_start, n_cdc) if n_cdc else _EMPTY_CDC,
+        )
+        for header, (start, n, cdc_start, n_cdc) in zip(headers, spans, strict=True)
+    ]
+
+
+def _parse_file(
+    index: int,
+    source: str,
+    data: bytes,
+    checkpoint: bool,
+    error: type[CorruptFileError],
+    rows: _Rows,
+) -> dict[str, Any]:
+    """Parse one file: non-file actions are returned, file actions appended to ``rows``."""
     if not data.strip():
         raise error(source, "file is empty")
     protocol: Protocol | None = None
@@ -91,40 +163,36 @@ def parse_actions_json(source: str, data: bytes, *, checkpoint: bool) -> LogActi
     txns: list[Txn] = []
     domains: list[DomainMetadata] = []
     sidecars: list[Sidecar] = []
-    adds: list[Any] = []
-    removes: list[Any] = []
-    cdcs: list[Any] = []
-    add_lines: list[int] = []
-    cdc_lines: list[int] = []
+    skipped = _COMMIT_ONLY if checkpoint else _CHECKPOINT_ONLY
     loads = json.loads
-    lineno = 0
-    for lineno, line in enumerate(data.split(b"\n"), 1):  # noqa: B007 - lineno used after loop
+    for lineno, line in enumerate(data.split(b"\n"), 1):
         if not line or line.isspace():
             continue
         try:
             obj = loads(line)
         except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
             raise error(source, f"line {lineno}: invalid JSON: {e}") from None
+        except RecursionError:
+            raise error(source, f"line {lineno}: invalid JSON: nested too deeply") from None
         if not isinstance(obj, dict):
             raise error(source, f"line {lineno}: expected a JSON object, got {type(obj).__name__}")
         for name, body in obj.items():
-            if body is None or name not in _KNOWN_ACTIONS:
+            if body is None or name not in _KNOWN_ACTIONS or name in skipped:
                 continue  # unknown actions are ignored, as the protocol requires
             if not isinstance(body, dict):
                 raise error(source, f"line {lineno}: {name} action must be an object")
             try:
                 if name == "add":
-                    adds.append(body)
-                    removes.append(None)
-                    add_lines.append(lineno)
+                    rows.adds.append(body)
+                    rows.removes.append(None)
+                    rows.where.append((index, lineno))
                 elif name == "remove":
-                    adds.append(None)
-                    removes.append(body)
-                    add_lines.append(lineno)
+                    rows.adds.append(None)
+                    rows.removes.append(body)
+                    rows.where.append((index, lineno))
                 elif name == "cdc":
-                    if not checkpoint:
-                        cdcs.append(body)
-                        cdc_lines.append(lineno)
+                    rows.cdcs.append(body)
+                    rows.cdc_where.append((index, lineno))
                 elif name == "metaData":
                     if metadata is not None:
                         raise error(source, f"line {lineno}: more than one metaData action")
@@ -138,64 +206,56 @@ def parse_actions_json(source: str, data: bytes, *, checkpoint: bool) -> LogActi
                 elif name == "domainMetadata":
                     domains.append(DomainMetadata.from_json(body))
                 elif name == "commitInfo":
-                    if not checkpoint:
-                        commit_info = CommitInfo.from_json(body)
+                    commit_info = CommitInfo.from_json(body)
                 elif name == "sidecar":
-                    if checkpoint:
-                        sidecars.append(Sidecar.from_json(body))
+                    sidecars.append(Sidecar.from_json(body))
                 elif name == "checkpointMetadata":
-                    if checkpoint:
-                        checkpoint_metadata = CheckpointMetadata.from_json(body)
+                    checkpoint_metadata = CheckpointMetadata.from_json(body)
             except ActionFormatError as e:
                 raise error(source, f"line {lineno}: {e}") from None
-    file_actions = FILE_ACTIONS_SCHEMA.empty_table()
-    if adds:
-        add_arr = _to_arrow(source, error, adds, ADD_TYPE, "add", add_lines)
-        remove_arr = _to_arrow(source, error, removes, REMOVE_TYPE, "remove", add_lines)
-        file_actions = pa.Table.from_arrays([add_arr, remove_arr], schema=FILE_ACTIONS_SCHEMA)
-    cdc_arr = _to_arrow(source, error, cdcs, CDC_TYPE, "cdc", cdc_lines)
-    return LogActions(
-        source=source,
-        protocol=protocol,
-        metadata=metadata,
-        commit_info=commit_info,
-        txns=tuple(txns),
-        domain_metadata=tuple(domains),
-        file_actions=file_actions,
-        cdc=cdc_arr,
-        sidecars=tuple(sidecars),
-        checkpoint_metadata=checkpoint_metadata,
-    )
+    return {
+        "source": source,
+        "protocol": protocol,
+        "metadata": metadata,
+        "commit_info": commit_info,
+        "txns": tuple(txns),
+        "domain_metadata": tuple(domains),
+        "sidecars": tuple(sidecars),
+        "checkpoint_metadata": checkpoint_metadata,
+    }
 
 
 def _to_arrow(
-    source: str,
+    sources: Sequence[str],
     error: type[CorruptFileError],
     rows: list[Any],
     type_: pa.DataType,
     action: str,
-    lines: list[int],
-) -> pa.Array:
+    where: list[tuple[int, int]],
+) -> pa.StructArray:
     """Convert action dicts to an Arrow struct array, validating types and required fields."""
+    conversion_errors = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError)
     try:
-        arr = pa.array(rows, type=type_)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        arr = cast(pa.StructArray, pa.array(rows, type=type_))
+    except conversion_errors as e:
         # Find the offending line so the message points at it.
-        for row, lineno in zip(rows, lines, strict=True):
+        for row, (index, lineno) in zip(rows, where, strict=True):
             if row is None:
                 continue
             try:
                 pa.array([row], type=type_)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as row_err:
-                raise error(source, f"line {lineno}: malformed {action} action: {row_err}") from None
-        raise error(source, f"malformed {action} action: {e}") from None
+            except conversion_errors as row_err:
+                raise error(
+                    sources[index], f"line {lineno}: malformed {action} action: {row_err}"
+                ) from None
+        raise error(sources[0], f"malformed {action} action: {e}") from None
+    valid = pc.is_valid(arr)
     for name in _REQUIRED_FILE_FIELDS[action]:
-        child = arr.field(name)
-        if child.null_count > arr.null_count:
-            valid = arr.is_valid().to_pylist()
-            missing = child.is_null().to_pylist()
-            for is_valid, is_missing, lineno in zip(valid, missing, lines, strict=True):
-                if is_valid and is_missing:
-                    raise error(source, f"line {lineno}: {action} action lacks required field {name!r}")
+        # Children of null rows hold arbitrary values, so test them together with validity.
+        missing = pc.and_(valid, pc.is_null(pc.struct_field(arr, name)))
+        if not pc.any(missing).as_py():
+            continue
+        first = pc.index(missing, True).as_py()
+        index, lineno = where[first]
+        raise error(sources[index], f"line {lineno}: {action} action lacks required field {name!r}")
     return arr
-

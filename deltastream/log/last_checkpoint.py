@@ -116,6 +116,8 @@ def parse_last_checkpoint(source: str, data: bytes) -> LastCheckpoint:
         raise CorruptLastCheckpointError(source, f"invalid JSON: {e}") from None
     except ValueError as e:
         raise CorruptLastCheckpointError(source, f"invalid JSON: {e}") from None
+    except RecursionError:
+        raise CorruptLastCheckpointError(source, "invalid JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise CorruptLastCheckpointError(source, "expected a JSON object")
     expected = obj.get("checksum")

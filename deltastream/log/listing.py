@@ -12,7 +12,13 @@ import logging
 
 from deltastream.errors import CorruptLastCheckpointError, ObjectNotFoundError, VersionNotFoundError
 from deltastream.log.last_checkpoint import LastCheckpoint, parse_last_checkpoint
-from deltastream.log.paths import LAST_CHECKPOINT_KEY, LOG_DIR, LogFile, parse_log_key, version_prefix
+from deltastream.log.paths import (
+    LAST_CHECKPOINT_KEY,
+    LOG_DIR,
+    LogFile,
+    parse_log_key,
+    version_prefix,
+)
 from deltastream.log.segment import IncompleteListingError, LogListing, LogSegment, build_segment
 from deltastream.storage.base import ObjectStore
 

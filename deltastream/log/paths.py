@@ -51,13 +51,19 @@ class LogFileKind(enum.Enum):
     SIDECAR = "sidecar"
 
 
-_V = r"(\d{20})"
+_V = r"([0-9]{20})"
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _PATTERNS: tuple[tuple[LogFileKind, re.Pattern[str]], ...] = (
     (LogFileKind.COMMIT, re.compile(_V + r"\.json")),
     (LogFileKind.CHECKPOINT, re.compile(_V + r"\.checkpoint\.parquet")),
-    (LogFileKind.MULTIPART_CHECKPOINT, re.compile(_V + r"\.checkpoint\.(\d{10})\.(\d{10})\.parquet")),
-    (LogFileKind.UUID_CHECKPOINT, re.compile(_V + r"\.checkpoint\.(" + _UUID + r")\.(json|parquet)")),
+    (
+        LogFileKind.MULTIPART_CHECKPOINT,
+        re.compile(_V + r"\.checkpoint\.([0-9]{10})\.([0-9]{10})\.parquet"),
+    ),
+    (
+        LogFileKind.UUID_CHECKPOINT,
+        re.compile(_V + r"\.checkpoint\.(" + _UUID + r")\.(json|parquet)"),
+    ),
     (LogFileKind.COMPACTION, re.compile(_V + r"\." + _V + r"\.compacted\.json")),
     (LogFileKind.CRC, re.compile(_V + r"\.crc")),
 )
@@ -104,7 +110,9 @@ def parse_log_key(meta: ObjectMeta) -> LogFile | None:
         name = key[len(SIDECAR_DIR) :]
         if "/" in name or not name.endswith(".parquet"):
             return None
-        return LogFile(key, LogFileKind.SIDECAR, -1, meta.size, meta.last_modified_ms, format="parquet")
+        return LogFile(
+            key, LogFileKind.SIDECAR, -1, meta.size, meta.last_modified_ms, format="parquet"
+        )
     if not key.startswith(LOG_DIR):
         return None
     name = key[len(LOG_DIR) :]
@@ -118,7 +126,9 @@ def parse_log_key(meta: ObjectMeta) -> LogFile | None:
             part, num_parts = int(m.group(2)), int(m.group(3))
             if not 1 <= part <= num_parts:
                 return None
-            return LogFile(key, kind, version, size, mtime, part=part, num_parts=num_parts, format="parquet")
+            return LogFile(
+                key, kind, version, size, mtime, part=part, num_parts=num_parts, format="parquet"
+            )
         if kind is LogFileKind.UUID_CHECKPOINT:
             return LogFile(key, kind, version, size, mtime, format=m.group(3))
         if kind is LogFileKind.CHECKPOINT:

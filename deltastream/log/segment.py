@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from deltastream.errors import (
     IncompleteCheckpointError,
+    InvalidArgumentError,
     MissingVersionsError,
     TableNotFoundError,
     VersionNotFoundError,
@@ -131,6 +132,8 @@ def build_segment(
     """
     uri = listing.table_uri
     log_uri = f"{uri}/_delta_log"
+    if version is not None and version < 0:
+        raise InvalidArgumentError(f"version must be >= 0, not {version}")
     commits = listing.commits()
     checkpoints, incomplete = _complete_checkpoints(listing.files, excluded_checkpoints)
     if not commits and not checkpoints:
@@ -156,16 +159,26 @@ def build_segment(
                 f"{log_uri}: {'; '.join(blocking.values())}, and commits "
                 f"{missing[0]}..{missing[-1]} needed without it are not in the log"
             )
-        if version is not None and cp_version is None and missing[0] == 0 and commits:
-            first = min(commits)
-            if version < first:
-                # The requested version predates the retained history.
-                raise VersionNotFoundError(uri, version, _earliest(commits, checkpoints), latest)
+        earliest = _earliest(commits, checkpoints)
+        if (
+            version is not None
+            and cp_version is None
+            and earliest is not None
+            and version < earliest
+        ):
+            # The requested version predates the retained history.
+            raise VersionNotFoundError(uri, version, earliest, latest)
         base = f"checkpoint {cp_version}" if cp_version is not None else "version 0"
-        raise MissingVersionsError(log_uri, missing, f"needed to reconstruct version {end} from {base}")
+        raise MissingVersionsError(
+            log_uri, missing, f"needed to reconstruct version {end} from {base}"
+        )
 
     segment_commits = tuple(commits[v] for v in range(start, end + 1))
-    replay = _with_compactions(listing.files, segment_commits, start, end) if use_compactions else segment_commits
+    replay = (
+        _with_compactions(listing.files, segment_commits, start, end)
+        if use_compactions
+        else segment_commits
+    )
     return LogSegment(
         table_uri=uri,
         version=end,
@@ -177,7 +190,9 @@ def build_segment(
     )
 
 
-def _earliest(commits: dict[int, LogFile], checkpoints: dict[int, tuple[LogFile, ...]]) -> int | None:
+def _earliest(
+    commits: dict[int, LogFile], checkpoints: dict[int, tuple[LogFile, ...]]
+) -> int | None:
     """The oldest version the log can reconstruct, assuming no gaps after it."""
     candidates = list(checkpoints)
     if 0 in commits:
@@ -191,11 +206,12 @@ def _with_compactions(
     """Replace runs of commits by the widest log compactions that fit in ``start..end``."""
     widest: dict[int, LogFile] = {}
     for f in files:
-        if f.kind is LogFileKind.COMPACTION and f.end_version is not None:
-            if start <= f.version and f.end_version <= end:
-                current = widest.get(f.version)
-                if current is None or (current.end_version or 0) < f.end_version:
-                    widest[f.version] = f
+        if f.kind is not LogFileKind.COMPACTION or f.end_version is None:
+            continue
+        if start <= f.version and f.end_version <= end:
+            current = widest.get(f.version)
+            if current is None or (current.end_version or 0) < f.end_version:
+                widest[f.version] = f
     if not widest:
         return commits
     out: list[LogFile] = []

@@ -49,8 +49,15 @@ def _int(source: str, obj: Mapping[str, Any], key: str, required: bool) -> int |
             raise CorruptVersionChecksumError(source, f"lacks required field {key!r}")
         return None
     if not isinstance(value, int) or isinstance(value, bool):
-        raise CorruptVersionChecksumError(source, f"field {key!r} must be an integer, not {value!r}")
+        raise CorruptVersionChecksumError(
+            source, f"field {key!r} must be an integer, not {value!r}"
+        )
     return value
+
+
+def _int_or(source: str, obj: Mapping[str, Any], key: str, default: int) -> int:
+    value = _int(source, obj, key, False)
+    return default if value is None else value
 
 
 def parse_version_checksum(source: str, data: bytes) -> VersionChecksum:
@@ -58,6 +65,8 @@ def parse_version_checksum(source: str, data: bytes) -> VersionChecksum:
         obj = json.loads(data)
     except ValueError as e:
         raise CorruptVersionChecksumError(source, f"invalid JSON: {e}") from None
+    except RecursionError:
+        raise CorruptVersionChecksumError(source, "invalid JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise CorruptVersionChecksumError(source, "expected a JSON object")
     try:
@@ -80,8 +89,8 @@ def parse_version_checksum(source: str, data: bytes) -> VersionChecksum:
         return VersionChecksum(
             table_size_bytes=size,
             num_files=num_files,
-            num_metadata=_int(source, obj, "numMetadata", False) or 1,
-            num_protocol=_int(source, obj, "numProtocol", False) or 1,
+            num_metadata=_int_or(source, obj, "numMetadata", 1),
+            num_protocol=_int_or(source, obj, "numProtocol", 1),
             metadata=Metadata.from_json(obj["metadata"]) if obj.get("metadata") else None,
             protocol=Protocol.from_json(obj["protocol"]) if obj.get("protocol") else None,
             in_commit_timestamp=_int(source, obj, "inCommitTimestampOpt", False),

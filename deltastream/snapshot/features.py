@@ -49,7 +49,9 @@ def check_readable(table_uri: str, protocol: Protocol) -> None:
     """Raise :class:`UnsupportedFeatureError` unless deltastream can read ``protocol``."""
     version = protocol.min_reader_version
     if version < 1:
-        raise UnsupportedFeatureError(table_uri, f"readerVersion {version}", "not a valid reader version")
+        raise UnsupportedFeatureError(
+            table_uri, f"readerVersion {version}", "not a valid reader version"
+        )
     if version > MAX_READER_VERSION:
         raise UnsupportedFeatureError(
             table_uri,

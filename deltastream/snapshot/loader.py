@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from urllib.parse import unquote
 
 import anyio.to_thread
+import pyarrow as pa
 
 from deltastream.errors import (
     CorruptCheckpointError,
@@ -24,14 +25,14 @@ from deltastream.errors import (
     MissingVersionsError,
     ObjectNotFoundError,
 )
-from deltastream.log.checkpoint import merge_checkpoint_parts, parse_checkpoint
-from deltastream.log.commit import LogActions, parse_commit
+from deltastream.log.checkpoint import RowFilter, merge_checkpoint_parts, parse_checkpoint
+from deltastream.log.commit import LogActions, parse_many
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import SIDECAR_DIR, LogFile, LogFileKind
 from deltastream.log.segment import LogListing, LogSegment, build_segment
 from deltastream.log.version_checksum import parse_version_checksum
 from deltastream.snapshot.features import check_readable
-from deltastream.snapshot.reconcile import LogState
+from deltastream.snapshot.reconcile import CommitBatch, LogState, has_duplicate_keys
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.timestamps import (
     TimestampSearch,
@@ -64,28 +65,52 @@ async def read_log_files(store: ObjectStore, files: Sequence[LogFile]) -> list[L
                 [gone.version],
                 "the commit file disappeared while it was being read (log cleanup?)",
             ) from e
-        uris = [store.uri_for(f.key) for f in chunk]
-        out.extend(
-            await anyio.to_thread.run_sync(
-                lambda: [parse_commit(u, d) for u, d in zip(uris, datas, strict=True)]
-            )
-        )
+        named = [(store.uri_for(f.key), d) for f, d in zip(chunk, datas, strict=True)]
+        out.extend(await anyio.to_thread.run_sync(parse_many, named))
     return out
 
 
-async def _read_checkpoint(store: ObjectStore, parts: tuple[LogFile, ...], files: bool) -> LogActions:
+def _parse_checkpoint_files(
+    files: list[tuple[str, pa.NativeFile, str]],
+    file_actions: bool,
+    row_filter: RowFilter | None,
+) -> list[LogActions]:
+    """Parse (and close) opened checkpoint files; runs in a worker thread."""
+    try:
+        return [
+            parse_checkpoint(uri, f, fmt, file_actions=file_actions, row_filter=row_filter)
+            for uri, f, fmt in files
+        ]
+    finally:
+        for _, f, _ in files:
+            f.close()
+
+
+async def _open_checkpoint_files(
+    store: ObjectStore, source: str, keys: list[str], what: str
+) -> list[pa.NativeFile]:
+    try:
+        return await store.open_many(keys)
+    except ObjectNotFoundError as e:
+        raise CorruptCheckpointError(source, f"{what} {e.uri} is missing") from e
+
+
+async def _read_checkpoint(
+    store: ObjectStore,
+    parts: tuple[LogFile, ...],
+    files: bool,
+    row_filter: RowFilter | None,
+) -> LogActions:
     """Read every part of a checkpoint (and its sidecars); raise CorruptCheckpointError if
     any of it is missing or unreadable."""
     source = store.uri_for(parts[0].key)
-    try:
-        datas = await store.get_many([p.key for p in parts])
-    except ObjectNotFoundError as e:
-        raise CorruptCheckpointError(e.uri, "checkpoint file disappeared before it could be read") from e
+    keys = [p.key for p in parts]
+    handles = await _open_checkpoint_files(store, source, keys, "checkpoint file")
     parsed = await anyio.to_thread.run_sync(
-        lambda: [
-            parse_checkpoint(store.uri_for(p.key), d, p.format, file_actions=files)
-            for p, d in zip(parts, datas, strict=True)
-        ]
+        _parse_checkpoint_files,
+        [(store.uri_for(p.key), h, p.format) for p, h in zip(parts, handles, strict=True)],
+        files,
+        row_filter,
     )
     actions = merge_checkpoint_parts(parsed, source)
     if parts[0].kind is LogFileKind.UUID_CHECKPOINT and actions.checkpoint_metadata is None:
@@ -93,15 +118,14 @@ async def _read_checkpoint(store: ObjectStore, parts: tuple[LogFile, ...], files
     if not actions.sidecars or not files:
         return actions
     keys = [SIDECAR_DIR + unquote(s.path).rsplit("/", 1)[-1] for s in actions.sidecars]
-    try:
-        sidecar_datas = await store.get_many(keys)
-    except ObjectNotFoundError as e:
-        raise CorruptCheckpointError(source, f"sidecar {e.uri} referenced by the checkpoint is missing") from e
+    handles = await _open_checkpoint_files(
+        store, source, keys, "sidecar referenced by the checkpoint,"
+    )
     sidecars = await anyio.to_thread.run_sync(
-        lambda: [
-            parse_checkpoint(store.uri_for(k), d, "parquet")
-            for k, d in zip(keys, sidecar_datas, strict=True)
-        ]
+        _parse_checkpoint_files,
+        [(store.uri_for(k), h, "parquet") for k, h in zip(keys, handles, strict=True)],
+        True,
+        row_filter,
     )
     return merge_checkpoint_parts([actions, *sidecars], source)
 
@@ -109,16 +133,24 @@ async def _read_checkpoint(store: ObjectStore, parts: tuple[LogFile, ...], files
 async def _replay(
     store: ObjectStore, segment: LogSegment, listing: LogListing, files: bool
 ) -> tuple[LogState, LogSegment]:
-    """Reconcile ``segment``, falling back to older checkpoints while they are unreadable."""
+    """Reconcile ``segment``, falling back to older checkpoints while they are unreadable.
+
+    Commits are read before the checkpoint so that the checkpoint's rows for files the
+    commits touch are dropped while it is decoded: the live-file table is built in one pass.
+    """
     root = store.root_uri
     excluded: set[str] = set()
     first_error: CorruptCheckpointError | None = None
     while True:
+        commits = await _read_replay(store, segment)
+        batch = CommitBatch(commits, root) if files else None
         if not segment.checkpoint:
             state = LogState(table_root=root)
             break
         try:
-            checkpoint = await _read_checkpoint(store, segment.checkpoint, files)
+            checkpoint = await _read_checkpoint(
+                store, segment.checkpoint, files, batch.keep_mask if batch else None
+            )
         except CorruptCheckpointError as e:
             first_error = first_error or e
             log.warning("%s; falling back to an older checkpoint or to the commits", e)
@@ -138,8 +170,34 @@ async def _replay(
             continue
         state = LogState.from_checkpoint(root, checkpoint)
         break
-    commits = await read_log_files(store, segment.replay)
-    return state.apply(commits, file_actions=files), segment
+    return state.apply(commits, file_actions=files, batch=batch), segment
+
+
+async def _read_replay(store: ObjectStore, segment: LogSegment) -> list[LogActions]:
+    """Read ``segment.replay``; a compaction that is not reconciled is replaced by its commits."""
+    actions = await read_log_files(store, segment.replay)
+    if not any(f.kind is LogFileKind.COMPACTION for f in segment.replay):
+        return actions
+    first = segment.commits[0].version
+    out: list[LogActions] = []
+    for f, a in zip(segment.replay, actions, strict=True):
+        if f.kind is LogFileKind.COMPACTION and has_duplicate_keys(a.file_actions, store.root_uri):
+            assert f.end_version is not None
+            log.warning(
+                "%s names the same file more than once, so it is not a reconciled log "
+                "compaction; reading commits %d..%d instead",
+                a.source,
+                f.version,
+                f.end_version,
+            )
+            out.extend(
+                await read_log_files(
+                    store, segment.commits[f.version - first : f.end_version - first + 1]
+                )
+            )
+        else:
+            out.append(a)
+    return out
 
 
 def _check_state(uri: str, segment: LogSegment, state: LogState) -> None:
@@ -162,9 +220,9 @@ async def _commit_timestamp(
     if ict_enabled_at(state.metadata, version):
         last = segment.replay[-1] if segment.replay else None
         info = state.last_commit_info
-        if last is not None and last.kind is LogFileKind.COMMIT and info is not None:
-            if info.in_commit_timestamp is not None:
-                return info.in_commit_timestamp
+        read_last_commit = last is not None and last.kind is LogFileKind.COMMIT
+        if read_last_commit and info is not None and info.in_commit_timestamp is not None:
+            return info.in_commit_timestamp
         if version not in listing.commits():
             return None
         return await read_in_commit_timestamp(store, version)
@@ -224,4 +282,3 @@ async def resolve_version_at(
     return await resolve_timestamp(
         store, full, state.metadata, timestamp_ms, search, allow_after_latest=allow_after_latest
     )
-

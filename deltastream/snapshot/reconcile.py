@@ -19,16 +19,19 @@ writes after path qualification) reconcile with each other.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from urllib.parse import unquote, urlsplit
+from typing import Any, TypeAlias, cast
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltastream.log.actions import (
     ADD_TYPE,
+    FILE_ACTIONS_SCHEMA,
     REMOVE_TYPE,
     CommitInfo,
     DomainMetadata,
@@ -41,9 +44,15 @@ from deltastream.log.commit import LogActions
 __all__ = [
     "FILES_SCHEMA",
     "TOMBSTONES_SCHEMA",
+    "CommitBatch",
     "LogState",
+    "action_keys",
     "file_keys",
+    "has_duplicate_keys",
 ]
+
+#: Either kind of Arrow column (annotation only: pyarrow's classes are not generic at runtime).
+AnyArray: TypeAlias = "pa.ChunkedArray[Any] | pa.Array[Any]"
 
 FILES_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in ADD_TYPE])
 TOMBSTONES_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in REMOVE_TYPE])
@@ -52,7 +61,7 @@ _ABSOLUTE = r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)"
 _KEY_SEPARATOR = "\x00"
 
 
-def _struct_rows_to_table(column: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table:
+def _struct_rows_to_table(column: AnyArray, schema: pa.Schema) -> pa.Table:
     """The valid rows of a struct column as a table with one column per struct field."""
     if isinstance(column, pa.Array):
         column = pa.chunked_array([column], type=column.type)
@@ -63,55 +72,73 @@ def _struct_rows_to_table(column: pa.ChunkedArray | pa.Array, schema: pa.Schema)
     return pa.Table.from_arrays(column.flatten(), schema=schema)
 
 
-def _dv_unique_ids(dv: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+def _dv_unique_ids(dv: AnyArray) -> AnyArray:
     """``uniqueId`` of each deletion vector descriptor (null where there is none)."""
     storage = pc.struct_field(dv, "storageType")
     location = pc.struct_field(dv, "pathOrInlineDv")
     offset = pc.cast(pc.struct_field(dv, "offset"), pa.string())
     base = pc.binary_join_element_wise(storage, location, "")
     uid = pc.coalesce(pc.binary_join_element_wise(base, offset, "@"), base)
-    return pc.if_else(pc.is_valid(dv), uid, pa.scalar(None, pa.string()))
+    return cast(AnyArray, pc.if_else(pc.is_valid(dv), uid, pa.scalar(None, pa.string())))
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
+
+
+def _split_uri(uri: str) -> tuple[str, str, str]:
+    """``(scheme, authority, path)``; unlike ``urlsplit``, ``?`` and ``#`` stay in the path
+    (raw ones appear in real file names, and log paths carry no queries or fragments)."""
+    m = _SCHEME.match(uri)
+    if m is None:
+        return "", "", uri
+    scheme, rest = m.group(1).lower(), m.group(2)
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        return scheme, authority, slash + path
+    return scheme, "", rest
 
 
 def _root_prefixes(table_root: str) -> tuple[str, ...]:
-    """Canonical URI prefixes (decoded, ending in ``/``) under which a path is relative."""
-    parts = urlsplit(table_root)
-    if parts.scheme in ("s3", "s3a"):
-        tail = unquote(parts.path).strip("/")
-        base = f"{parts.netloc}/{tail}/" if tail else f"{parts.netloc}/"
+    """Canonical URI prefixes (decoded, ending in ``/``) under which a path is relative.
+
+    ``table_root`` is a store's root (a plain local path or ``s3://bucket/prefix``, both
+    decoded) or a ``file:`` URI.
+    """
+    scheme, authority, path = _split_uri(table_root)
+    if scheme in ("s3", "s3a"):
+        tail = path.strip("/")
+        base = f"{authority}/{tail}/" if tail else f"{authority}/"
         return (f"s3://{base}", f"s3a://{base}")
-    path = unquote(parts.path) if parts.scheme == "file" else table_root
-    return (f"file:{path.rstrip('/')}/",)
+    # A ``file:`` root is a URI, percent-encoded; a plain path is taken as it is.
+    local = unquote(path) if scheme == "file" else table_root
+    return (f"file:{local.rstrip('/')}/",)
 
 
 def _canonical_path(path: str, prefixes: Sequence[str]) -> str:
     """Decoded, canonical form of one log path; relative when it lies under the table root."""
-    parts = urlsplit(path)
-    scheme = parts.scheme.lower()
+    scheme, authority, rest = _split_uri(path)
     if not scheme and not path.startswith("/"):
         return unquote(path)
     if not scheme or scheme == "file":
-        canonical = "file:" + unquote(parts.path)
+        canonical = "file:" + unquote(rest)
     else:
-        canonical = f"{scheme}://{parts.netloc}{unquote(parts.path)}"
+        canonical = f"{scheme}://{authority}{unquote(rest)}"
     for prefix in prefixes:
         if canonical.startswith(prefix):
             return canonical[len(prefix) :]
     return canonical
 
 
-def _has_absolute(paths: Iterable[pa.ChunkedArray | pa.Array]) -> bool:
-    return any(
-        len(p) and pc.any(pc.match_substring_regex(p, _ABSOLUTE)).as_py() for p in paths
-    )
+def _has_absolute(paths: Iterable[AnyArray]) -> bool:
+    return any(len(p) and pc.any(pc.match_substring_regex(p, _ABSOLUTE)).as_py() for p in paths)
 
 
 def file_keys(
-    paths: pa.ChunkedArray | pa.Array,
-    dvs: pa.ChunkedArray | pa.Array,
+    paths: AnyArray,
+    dvs: AnyArray,
     table_root: str,
     canonicalize: bool,
-) -> pa.ChunkedArray | pa.Array:
+) -> AnyArray:
     """The reconciliation key of each file action: its path plus its DV's unique id.
 
     With ``canonicalize`` (needed when any path in play is absolute) paths are decoded and
@@ -125,17 +152,121 @@ def file_keys(
         )
     if dvs.null_count == len(dvs):
         return paths
-    uids = _dv_unique_ids(dvs)
-    return pc.coalesce(pc.binary_join_element_wise(paths, uids, _KEY_SEPARATOR), paths)
+    joined = pc.binary_join_element_wise(paths, _dv_unique_ids(dvs), _KEY_SEPARATOR)  # type: ignore[call-overload]
+    return cast(AnyArray, pc.coalesce(joined, paths))
 
 
-def _drop_keys(table: pa.Table, keys: pa.ChunkedArray | pa.Array, touched: pa.Array) -> pa.Table:
+def action_keys(actions: pa.Table, table_root: str, canonicalize: bool) -> AnyArray:
+    """Reconciliation keys of the rows of a file-actions table (``add``/``remove`` columns)."""
+    add, remove = actions.column("add"), actions.column("remove")
+    is_add = pc.is_valid(add)
+    paths = pc.if_else(is_add, pc.struct_field(add, "path"), pc.struct_field(remove, "path"))
+    add_dv = pc.struct_field(add, "deletionVector")
+    remove_dv = pc.struct_field(remove, "deletionVector")
+    if add_dv.null_count == len(add_dv) and remove_dv.null_count == len(remove_dv):
+        return file_keys(paths, add_dv, table_root, canonicalize)
+    add_keys = file_keys(paths, add_dv, table_root, canonicalize)
+    remove_keys = file_keys(paths, remove_dv, table_root, canonicalize)
+    return cast(AnyArray, pc.if_else(is_add, add_keys, remove_keys))
+
+
+def has_duplicate_keys(actions: pa.Table, table_root: str) -> bool:
+    """Whether a file-actions table names any logical file twice.
+
+    A log compaction is reconciled, so a correct one never does; one that does cannot be
+    replayed safely (the order of its actions is not meaningful).
+    """
+    if actions.num_rows < 2:
+        return False
+    canonicalize = _has_absolute(
+        [
+            pc.struct_field(actions.column("add"), "path"),
+            pc.struct_field(actions.column("remove"), "path"),
+        ]
+    )
+    keys = action_keys(actions, table_root, canonicalize)
+    distinct: int = pc.count_distinct(keys, mode="all").as_py()
+    return distinct < actions.num_rows
+
+
+def _drop_keys(table: pa.Table, keys: AnyArray, touched: pa.Array[Any]) -> pa.Table:
     if table.num_rows == 0 or len(touched) == 0:
         return table
     hit = pc.is_in(keys, value_set=touched)
     if not pc.any(hit).as_py():
         return table
     return table.filter(pc.invert(hit))
+
+
+def _paths(actions: pa.Table) -> list[AnyArray]:
+    return [
+        pc.struct_field(actions.column("add"), "path"),
+        pc.struct_field(actions.column("remove"), "path"),
+    ]
+
+
+class CommitBatch:
+    """The file actions of consecutive commits, reconciled among themselves.
+
+    ``winners`` holds the newest action per logical file, in log order. Applying the batch
+    to an earlier state drops every logical file the batch touches from that state's files
+    and tombstones, then appends the winning adds and removes. :meth:`keep_mask` does the
+    dropping while a checkpoint is decoded, so the checkpoint is filtered in one pass.
+    """
+
+    def __init__(self, commits: Sequence[LogActions], table_root: str) -> None:
+        self.table_root = table_root
+        tables = [c.file_actions for c in commits if c.file_actions.num_rows]
+        self._touched: dict[bool, pa.Array[Any]] = {}
+        if not tables:
+            self.winners = FILE_ACTIONS_SCHEMA.empty_table()
+            self._absolute = False
+            return
+        actions = pa.concat_tables(tables).combine_chunks()
+        self._absolute = _has_absolute(_paths(actions))
+        keys = action_keys(actions, table_root, self._absolute)
+        # The newest action per key wins. Its row is the first occurrence of the key in the
+        # reversed key column: found with hash kernels (a group-by would pull in pyarrow's
+        # query engine, which costs tens of MB of memory to import).
+        n = actions.num_rows
+        unique = cast("pa.Array[Any]", pc.unique(keys))
+        reversed_keys = pc.take(keys, pa.array(range(n - 1, -1, -1), type=pa.int64()))
+        first_in_reversed = pc.cast(pc.index_in(unique, value_set=reversed_keys), pa.int64())
+        rows = pc.subtract(pa.scalar(n - 1, pa.int64()), first_in_reversed)
+        self.winners = actions.take(pc.take(rows, pc.sort_indices(rows)))
+        self._touched[self._absolute] = unique
+
+    @property
+    def is_empty(self) -> bool:
+        return self.winners.num_rows == 0
+
+    def _touched_keys(self, canonical: bool) -> pa.Array[Any]:
+        """Keys of the files this batch touches, raw or canonicalised."""
+        if canonical not in self._touched:
+            keys = action_keys(self.winners, self.table_root, canonical)
+            self._touched[canonical] = pc.unique(keys).combine_chunks()  # type: ignore[union-attr]
+        return self._touched[canonical]
+
+    def keep_mask(self, rows: pa.Table) -> AnyArray:
+        """For rows of an earlier checkpoint (``add``/``remove`` columns): which hold a file
+        action this batch leaves in place. Usable as a checkpoint ``row_filter``."""
+        add, remove = rows.column("add"), rows.column("remove")
+        valid = pc.or_(pc.is_valid(add), pc.is_valid(remove))
+        if self.is_empty or rows.num_rows == 0:
+            return cast(AnyArray, valid)
+        canonical = self._absolute or _has_absolute(_paths(rows))
+        keys = action_keys(rows, self.table_root, canonical)
+        hit = pc.is_in(keys, value_set=self._touched_keys(canonical))
+        return cast(AnyArray, pc.and_(valid, pc.invert(hit)))
+
+    def drop_touched(self, table: pa.Table) -> pa.Table:
+        """``table`` (live files or tombstones) without the logical files this batch touches."""
+        if self.is_empty or table.num_rows == 0:
+            return table
+        paths = table.column("path")
+        canonical = self._absolute or _has_absolute([paths])
+        keys = file_keys(paths, table.column("deletionVector"), self.table_root, canonical)
+        return _drop_keys(table, keys, self._touched_keys(canonical))
 
 
 @dataclass(frozen=True)
@@ -174,9 +305,16 @@ class LogState:
             tombstones=_struct_rows_to_table(actions.column("remove"), TOMBSTONES_SCHEMA),
         )
 
-    def apply(self, commits: Sequence[LogActions], *, file_actions: bool = True) -> LogState:
+    def apply(
+        self,
+        commits: Sequence[LogActions],
+        *,
+        file_actions: bool = True,
+        batch: CommitBatch | None = None,
+    ) -> LogState:
         """Apply commits (or compactions), oldest first, and return the new state.
 
+        ``batch`` is these commits' :class:`CommitBatch` if the caller already built it.
         With ``file_actions=False`` only protocol, metadata, txns and domains are replayed
         (files and tombstones are left as they are), for callers that need no file list.
         """
@@ -196,8 +334,10 @@ class LogState:
             commit_info = c.commit_info
         files, tombstones = self.files, self.tombstones
         if file_actions:
-            files, tombstones = self._apply_file_actions(
-                [c.file_actions for c in commits if c.file_actions.num_rows]
+            batch = batch if batch is not None else CommitBatch(commits, self.table_root)
+            files = _append(batch.drop_touched(files), batch.winners.column("add"), FILES_SCHEMA)
+            tombstones = _append(
+                batch.drop_touched(tombstones), batch.winners.column("remove"), TOMBSTONES_SCHEMA
             )
         return replace(
             self,
@@ -210,54 +350,7 @@ class LogState:
             last_commit_info=commit_info,
         )
 
-    def _apply_file_actions(self, batches: list[pa.Table]) -> tuple[pa.Table, pa.Table]:
-        if not batches:
-            return self.files, self.tombstones
-        actions = pa.concat_tables(batches)
-        add, remove = actions.column("add"), actions.column("remove")
-        is_add = pc.is_valid(add)
-        paths = pc.if_else(is_add, pc.struct_field(add, "path"), pc.struct_field(remove, "path"))
-        add_dv = pc.struct_field(add, "deletionVector")
-        remove_dv = pc.struct_field(remove, "deletionVector")
-        canonicalize = _has_absolute([paths, self.files.column("path"), self.tombstones.column("path")])
-        root = self.table_root
-        if add_dv.null_count == len(add_dv) and remove_dv.null_count == len(remove_dv):
-            keys = file_keys(paths, add_dv, root, canonicalize)
-        else:
-            add_keys = file_keys(paths, add_dv, root, canonicalize)
-            remove_keys = file_keys(paths, remove_dv, root, canonicalize)
-            keys = pc.if_else(is_add, add_keys, remove_keys)
 
-        # The newest action per key wins: the highest row index, rows being in log order.
-        index = pa.array(range(actions.num_rows), type=pa.int64())
-        winners = (
-            pa.table({"key": keys, "row": index})
-            .group_by("key", use_threads=False)
-            .aggregate([("row", "max")])
-        )
-        touched = winners.column("key").combine_chunks()
-        rows = winners.column("row_max")
-        winning = actions.take(pc.take(rows, pc.sort_indices(rows)))
-
-        files = _drop_keys(
-            self.files,
-            file_keys(self.files.column("path"), self.files.column("deletionVector"), root, canonicalize),
-            touched,
-        )
-        tombstones = _drop_keys(
-            self.tombstones,
-            file_keys(
-                self.tombstones.column("path"),
-                self.tombstones.column("deletionVector"),
-                root,
-                canonicalize,
-            ),
-            touched,
-        )
-        new_files = _struct_rows_to_table(winning.column("add"), FILES_SCHEMA)
-        new_tombstones = _struct_rows_to_table(winning.column("remove"), TOMBSTONES_SCHEMA)
-        return (
-            pa.concat_tables([files, new_files]) if new_files.num_rows else files,
-            pa.concat_tables([tombstones, new_tombstones]) if new_tombstones.num_rows else tombstones,
-        )
-
+def _append(table: pa.Table, column: pa.ChunkedArray[Any], schema: pa.Schema) -> pa.Table:
+    new = _struct_rows_to_table(column, schema)
+    return pa.concat_tables([table, new]) if new.num_rows else table

@@ -101,7 +101,9 @@ async def read_in_commit_timestamp(store: ObjectStore, version: int) -> int:
     ict = info.get("inCommitTimestamp") if isinstance(info, dict) else None
     if not isinstance(ict, int) or isinstance(ict, bool):
         raise CorruptCommitError(
-            uri, "in-commit timestamps are enabled but the first action has no commitInfo.inCommitTimestamp"
+            uri,
+            "in-commit timestamps are enabled but the first action has no "
+            "commitInfo.inCommitTimestamp",
         )
     return ict
 

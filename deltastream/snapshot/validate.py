@@ -94,7 +94,11 @@ def validate_snapshot(snapshot: Snapshot, checksum: VersionChecksum, source: str
         actual_files: set[tuple[str, str | None]] = set()
         for row in files.select(["path", "deletionVector"]).to_pylist():
             dv = row["deletionVector"]
-            uid = None if dv is None else dv_unique_id(dv["storageType"], dv["pathOrInlineDv"], dv["offset"])
+            uid = (
+                None
+                if dv is None
+                else dv_unique_id(dv["storageType"], dv["pathOrInlineDv"], dv["offset"])
+            )
             actual_files.add((row["path"], uid))
         expected_files = set(checksum.all_files)
         if expected_files != actual_files:

@@ -7,12 +7,15 @@ into an :class:`ObjectStore` rooted at that location.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.base import ObjectMeta, ObjectStore, StoreStats
 from deltastream.storage.local import LocalStore
-from deltastream.storage.s3 import S3Options, S3Store
+
+if TYPE_CHECKING:
+    from deltastream.storage.s3 import S3Options, S3Store
 
 __all__ = [
     "LocalStore",
@@ -27,6 +30,16 @@ __all__ = [
 _S3_SCHEMES = ("s3", "s3a")
 
 
+def __getattr__(name: str) -> Any:
+    # aiobotocore is heavy to import (tens of MB, a noticeable fraction of a second), so
+    # the S3 store is imported only when someone asks for it.
+    if name in ("S3Options", "S3Store"):
+        from deltastream.storage import s3
+
+        return getattr(s3, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
     """Open a store rooted at ``uri``.
 
@@ -39,13 +52,19 @@ def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> Ob
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     if scheme in _S3_SCHEMES:
-        return S3Store(parts.netloc, unquote(parts.path), S3Options.from_storage_options(storage_options))
+        from deltastream.storage.s3 import S3Options, S3Store
+
+        return S3Store(
+            parts.netloc, unquote(parts.path), S3Options.from_storage_options(storage_options)
+        )
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise InvalidArgumentError(f"{uri}: file URIs must not name a host")
         path = unquote(parts.path)
     elif scheme and len(scheme) > 1:
-        raise InvalidArgumentError(f"{uri}: unsupported URI scheme {scheme!r} (use a path or s3://)")
+        raise InvalidArgumentError(
+            f"{uri}: unsupported URI scheme {scheme!r} (use a path or s3://)"
+        )
     else:
         path = uri  # a plain path (a one-letter "scheme" is a Windows drive)
     if storage_options:

@@ -9,16 +9,19 @@ of deltastream that touches files or the network.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar, cast
 
 import anyio
+import pyarrow as pa
 
 from deltastream.errors import InvalidArgumentError
 
 __all__ = ["ObjectMeta", "ObjectStore", "StoreStats", "check_byte_range"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,9 @@ class ObjectStore(ABC):
         return f"{self.root_uri}/{key}" if key else self.root_uri
 
     @abstractmethod
-    def list_from(self, directory: str, start_after: str | None = None) -> AsyncIterator[ObjectMeta]:
+    def list_from(
+        self, directory: str, start_after: str | None = None
+    ) -> AsyncIterator[ObjectMeta]:
         """Yield the objects directly inside ``directory`` (not in its subdirectories).
 
         ``directory`` is a key prefix ending in ``/`` (or ``""`` for the root). Objects come
@@ -84,21 +89,50 @@ class ObjectStore(ABC):
     async def head(self, key: str) -> ObjectMeta:
         """Return the object's size and modification time without reading it."""
 
+    async def open_file(self, key: str) -> pa.NativeFile:
+        """A random-access file over the object, for readers (such as pyarrow's parquet
+        reader) that need only parts of it. The caller closes it. This default downloads the
+        whole object; stores with cheap random access override it."""
+        return pa.BufferReader(await self.get(key))
+
     async def get_many(self, keys: Sequence[str]) -> list[bytes]:
         """Fetch several objects concurrently, returning their bytes in the order of ``keys``."""
-        results: list[bytes] = [b""] * len(keys)
+        return await self._gather(keys, self.get)
+
+    async def open_many(self, keys: Sequence[str]) -> list[pa.NativeFile]:
+        """:meth:`open_file` for several objects concurrently, in the order of ``keys``."""
+        return await self._gather(keys, self.open_file)
+
+    async def _gather(
+        self, keys: Sequence[str], fetch_one: Callable[[str], Awaitable[T]]
+    ) -> list[T]:
+        results: list[T | None] = [None] * len(keys)
         if not keys:
-            return results
+            return []
         limit = anyio.Semaphore(max(1, min(self.max_concurrency, len(keys))))
+        # The first failure is re-raised as itself (callers catch ObjectNotFoundError), not
+        # wrapped in the ExceptionGroup the task group would raise; the other fetches stop.
+        failure: Exception | None = None
 
         async def fetch(i: int, key: str) -> None:
+            nonlocal failure
             async with limit:
-                results[i] = await self.get(key)
+                try:
+                    results[i] = await fetch_one(key)
+                except Exception as e:
+                    if failure is None:
+                        failure = e
+                    tg.cancel_scope.cancel()
 
         async with anyio.create_task_group() as tg:
             for i, key in enumerate(keys):
                 tg.start_soon(fetch, i, key)
-        return results
+        if failure is not None:
+            for r in results:  # close files opened before the failure
+                if isinstance(r, pa.NativeFile):
+                    r.close()
+            raise failure
+        return cast(list[T], results)
 
     async def aclose(self) -> None:  # noqa: B027 - a no-op default is the right default
         """Release any clients; the store must not be used afterwards."""

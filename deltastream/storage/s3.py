@@ -251,6 +251,10 @@ class S3Store(ObjectStore):
                 return await op(client)
             except botocore.exceptions.ClientError as e:
                 code, status = _error_code(e)
+                if code == "NoSuchBucket":
+                    raise StorageError(
+                        uri, f"{what} failed: NoSuchBucket: bucket {self.bucket!r} does not exist"
+                    ) from e
                 if code in _NOT_FOUND_CODES or status == 404:
                     raise ObjectNotFoundError(uri) from e
                 if not is_retryable(e) or attempt >= opts.max_attempts:

@@ -1,0 +1,5 @@
+"""``python -m deltastream`` runs the command line."""
+
+from deltastream.cli import main
+
+main()

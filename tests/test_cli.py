@@ -1,0 +1,144 @@
+"""The command line: JSON on stdout, one-line errors on stderr with exit status 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import logbuilder as lb
+import pytest
+from conftest import CORPORA, S3Bucket
+
+from deltastream.cli import run
+
+DV_TABLE = CORPORA / "delta-kernel-rs/golden_data/dv-partitioned-with-checkpoint/delta"
+ESCAPED = CORPORA / "delta-kernel-rs/golden_data/data-reader-escaped-chars/delta"
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = run(list(argv), out)
+    return code, out.getvalue()
+
+
+def test_snapshot_prints_summary() -> None:
+    code, out = cli("snapshot", str(DV_TABLE))
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["version"] == 15
+    assert summary["protocol"] == {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["deletionVectors"],
+        "writerFeatures": ["deletionVectors"],
+    }
+    assert set(summary["metadata"]) == {"id", "schemaString", "partitionColumns", "configuration"}
+    assert summary["metadata"]["partitionColumns"] == ["part"]
+    assert summary["num_files"] > 0 and summary["size_bytes"] > 0
+
+
+def test_snapshot_time_travel() -> None:
+    code, out = cli("snapshot", str(DV_TABLE), "--version", "3")
+    assert code == 0 and json.loads(out)["version"] == 3
+
+
+def test_files_prints_each_live_file_as_in_the_log() -> None:
+    code, out = cli("files", str(ESCAPED))
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    log_paths = set()
+    for f in sorted((ESCAPED / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                log_paths.add(action["add"]["path"])
+    assert {r["path"] for r in rows} <= log_paths
+    assert all(
+        set(r) == {"path", "size", "partitionValues", "modificationTime", "deletionVector"}
+        for r in rows
+    )
+    assert any("%" in r["path"] for r in rows)  # percent-encoded exactly as written
+
+
+def test_files_with_deletion_vectors() -> None:
+    code, out = cli("files", str(DV_TABLE))
+    rows = [json.loads(line) for line in out.splitlines()]
+    dvs = [r["deletionVector"] for r in rows if r["deletionVector"]]
+    assert code == 0 and dvs
+    assert all(dv["storageType"] in ("u", "i", "p") and dv["cardinality"] > 0 for dv in dvs)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["snapshot", "/definitely/not/here"], "not a Delta table"),
+        (["snapshot", str(DV_TABLE), "--version", "99"], "cannot load version 99"),
+        (["snapshot", str(DV_TABLE), "--timestamp", "soon"], "not an ISO-8601 timestamp"),
+        (["snapshot", str(DV_TABLE), "--storage-option", "region"], "KEY=VALUE"),
+        (["snapshot", str(DV_TABLE), "--storage-option", "region=x"], "only apply to s3://"),
+        (["snapshot", "gs://bucket/t"], "unsupported URI scheme"),
+        (
+            ["files", str(CORPORA / "delta-kernel-rs/golden_data/versions-not-contiguous/delta")],
+            "missing commit",
+        ),
+    ],
+)
+def test_errors_are_one_line_with_status_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = cli(*argv)
+    err = capsys.readouterr().err
+    assert code == 2 and out == ""
+    lines = [line for line in err.splitlines() if line.startswith("deltastream: error:")]
+    assert len(lines) == 1 and message in lines[0]
+    assert "Traceback" not in err
+
+
+def test_corrupt_commit_error_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = lb.LogWriter(tmp_path)
+    w.commit(0, lb.protocol(), lb.metadata())
+    w.raw(f"{1:020d}.json", b'{"add": {"path": "a"\n')
+    code, _ = cli("snapshot", str(tmp_path))
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert (
+        err.startswith("deltastream: error: ")
+        and "00000000000000000001.json: line 1: invalid JSON" in err
+    )
+    assert "\n" not in err
+
+
+def test_s3_with_storage_options(s3_bucket: S3Bucket) -> None:
+    uri = s3_bucket.upload_dir(DV_TABLE, "dv")
+    options = [f"--storage-option={k}={v}" for k, v in s3_bucket.storage_options.items()]
+    code, out = cli("snapshot", uri, *options)
+    assert code == 0 and json.loads(out)["version"] == 15
+
+
+def test_console_script_runs() -> None:
+    exe = shutil.which("deltastream")
+    assert exe is not None, "the deltastream console script is not installed (pip install -e .)"
+    done = subprocess.run(
+        [exe, "snapshot", str(DV_TABLE)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and json.loads(done.stdout)["version"] == 15
+    done = subprocess.run(
+        [sys.executable, "-m", "deltastream", "snapshot", "/not/here"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stderr.startswith("deltastream: error:")
+
+
+def test_demo_builds_and_reads_a_table(tmp_path: Path) -> None:
+    code, out = cli("demo", "--path", str(tmp_path / "demo"))
+    assert code == 0
+    summary = json.loads(out[: out.index("\n}\n") + 3])
+    assert summary["version"] == 4 and summary["metadata"]["partitionColumns"] == ["country"]
