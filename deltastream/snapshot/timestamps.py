@@ -16,6 +16,7 @@ over the available commits answers "which version was current at time T".
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import enum
 import json
@@ -153,7 +154,21 @@ async def resolve_timestamp(
                 cache[i] = file_times[i]
         return cache[i]
 
-    index = await _search(len(versions), ts_at, timestamp_ms, search)
+    # The protocol's rule for tables that enabled in-commit timestamps after creation: a
+    # timestamp at or after the enablement timestamp is looked up among the versions from
+    # the enablement version on, an earlier one among the versions before it.
+    lo, hi = 0, len(versions)
+    boundary = _enablement_index(latest_metadata, versions)
+    if boundary is not None:
+        split, enabled_at = boundary
+        if timestamp_ms >= enabled_at:
+            lo = split
+        else:
+            hi = split
+    index = await _search(lo, hi, ts_at, timestamp_ms, search)
+    after = search is TimestampSearch.AT_OR_AFTER
+    if index is None and after and boundary is not None and hi == boundary[0]:
+        index = boundary[0]  # nothing before enablement is late enough: the enabling commit
     last = len(versions) - 1
     if (
         index == last
@@ -177,10 +192,26 @@ async def resolve_timestamp(
     return versions[index]
 
 
+def _enablement_index(metadata: Metadata, versions: list[int]) -> tuple[int, int] | None:
+    """``(index of the first version with in-commit timestamps, enablement timestamp)`` when
+    the table enabled them after its first available version, else ``None``."""
+    config = metadata.configuration
+    if config.get(ICT_ENABLED, "").lower() != "true":
+        return None
+    try:
+        since = int(config[ICT_ENABLEMENT_VERSION])
+        enabled_at = int(config[ICT_ENABLEMENT_TIMESTAMP])
+    except (KeyError, ValueError):
+        return None
+    index = bisect.bisect_left(versions, since)
+    return (index, enabled_at) if index > 0 else None
+
+
 async def _search(
-    n: int, ts_at: Callable[[int], Awaitable[int]], target: int, search: TimestampSearch
+    lo: int, hi: int, ts_at: Callable[[int], Awaitable[int]], target: int, search: TimestampSearch
 ) -> int | None:
-    lo, hi = 0, n - 1
+    """Binary search over indexes ``[lo, hi)`` of versions with monotonic timestamps."""
+    hi -= 1
     found: int | None = None
     while lo <= hi:
         mid = (lo + hi) // 2

@@ -90,6 +90,10 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+class _RangeNotSatisfiableError(Exception):
+    """A ranged GET asked for bytes starting after the end of the object."""
+
+
 @dataclass(frozen=True)
 class S3Options:
     """Connection and retry settings for :class:`S3Store`.
@@ -142,6 +146,21 @@ class S3Options:
                 f"storage option 'addressing_style' must be path, virtual or auto, not {style!r}"
             )
         return cls(**values)
+
+
+# botocore's data loader (the parsed service models) is the costly part of creating a
+# client, and it is plain cached data: share it between all clients of the process.
+_shared_loader: Any = None
+
+
+def _new_session() -> Any:
+    global _shared_loader
+    session = get_session()
+    if _shared_loader is None:
+        _shared_loader = session.get_component("data_loader")
+    else:
+        session.register_component("data_loader", _shared_loader)
+    return session
 
 
 def _truthy(value: str) -> bool:
@@ -203,7 +222,7 @@ class S3Store(ObjectStore):
                 raise StorageError(self.root_uri, "store is closed")
             if self._client is None:
                 opts = self.options
-                session = get_session()
+                session = _new_session()
                 if opts.profile:
                     session.set_config_variable("profile", opts.profile)
                 s3_config: dict[str, str] = {}
@@ -257,6 +276,8 @@ class S3Store(ObjectStore):
                     ) from e
                 if code in _NOT_FOUND_CODES or status == 404:
                     raise ObjectNotFoundError(uri) from e
+                if code == "InvalidRange" or status == 416:
+                    raise _RangeNotSatisfiableError() from e
                 if not is_retryable(e) or attempt >= opts.max_attempts:
                     raise StorageError(
                         uri, f"{what} failed after {attempt} attempt(s): {code or status}: {e}"
@@ -334,7 +355,11 @@ class S3Store(ObjectStore):
                 )
             return data
 
-        return await self._call(uri, "GET", fetch)
+        try:
+            return await self._call(uri, "GET", fetch)
+        except _RangeNotSatisfiableError:
+            # The range starts past the end of the object: nothing there, as for local files.
+            return b""
 
     async def head(self, key: str) -> ObjectMeta:
         uri = self.uri_for(key)

@@ -130,3 +130,31 @@ def test_snapshot_timestamp_argument_forms(tmp_path: Path) -> None:
     assert ds.read_snapshot(str(tmp_path), timestamp=2_000_000).version == 1
     with pytest.raises(ds.InvalidArgumentError, match="version or a timestamp"):
         ds.read_snapshot(str(tmp_path), 1, timestamp=2_000_000)
+
+
+def test_enablement_timestamp_splits_the_search(tmp_path: Path) -> None:
+    """PROTOCOL.md, In-Commit Timestamps: a timestamp at or after the enablement timestamp
+    is looked up among versions from the enablement version on, an earlier one among the
+    versions before it, whatever the (here skewed) file times of the older commits say."""
+    w = lb.LogWriter(tmp_path)
+    w.commit(0, lb.commit_info(), P, M, mtime_ms=50_000)
+    w.commit(1, lb.commit_info(), lb.add("part=a/1.parquet"), mtime_ms=60_000)
+    enabled = lb.metadata(
+        configuration={
+            "delta.enableInCommitTimestamps": "true",
+            "delta.inCommitTimestampEnablementVersion": "2",
+            "delta.inCommitTimestampEnablementTimestamp": "10000",
+        }
+    )
+    w.commit(2, lb.commit_info(ict=10_000), lb.protocol(1, 7, None, ["inCommitTimestamp"]), enabled)
+    w.commit(3, lb.commit_info(ict=20_000), lb.add("part=a/3.parquet"))
+    w.commit(4, lb.commit_info(ict=30_000), lb.add("part=a/4.parquet"))
+    assert anyio.run(version_at, tmp_path, 10_000) == 2
+    assert anyio.run(version_at, tmp_path, 25_000) == 3
+    # A plain search over file times would have answered with version 0 or 1 here.
+    assert anyio.run(version_at, tmp_path, 30_000) == 4
+    with pytest.raises(ds.TimestampOutOfRangeError, match="before the earliest"):
+        anyio.run(version_at, tmp_path, 9_999)
+    assert anyio.run(version_at, tmp_path, 9_999, TimestampSearch.AT_OR_AFTER) == 0
+    with pytest.raises(ds.TimestampOutOfRangeError, match="after the latest commit"):
+        anyio.run(version_at, tmp_path, 55_000, TimestampSearch.AT_OR_AFTER)

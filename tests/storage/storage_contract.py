@@ -202,6 +202,13 @@ class StoreContract:
             assert await harness.store.get("blob.bin", byte_range) == b"", byte_range
 
     @pytest.mark.anyio
+    async def test_range_past_the_end_returns_empty_bytes(self, harness: Harness) -> None:
+        harness.put("blob.bin", self.DATA)  # 1024 bytes
+        for byte_range in [(1024, 2048), (5000, 6000)]:
+            assert await harness.store.get("blob.bin", byte_range) == b"", byte_range
+        assert harness.store.stats.retries == 0
+
+    @pytest.mark.anyio
     async def test_get_invalid_range_raises(self, harness: Harness) -> None:
         harness.put("blob.bin", self.DATA)
         for byte_range in [(5, 2), (-1, 4), (-3, -1)]:
