@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from deltastream.errors import CorruptLastCheckpointError
+from deltastream.log.json_document import load_json_object
 
 __all__ = ["LastCheckpoint", "canonical_json", "json_checksum", "parse_last_checkpoint"]
 
@@ -110,16 +111,7 @@ def _int_field(source: str, obj: Mapping[str, Any], key: str, required: bool = F
 
 def parse_last_checkpoint(source: str, data: bytes) -> LastCheckpoint:
     """Parse ``_last_checkpoint`` and verify its checksum when it has one."""
-    try:
-        obj = _loads_exact(data)
-    except _DuplicateKeyError as e:
-        raise CorruptLastCheckpointError(source, f"invalid JSON: {e}") from None
-    except ValueError as e:
-        raise CorruptLastCheckpointError(source, f"invalid JSON: {e}") from None
-    except RecursionError:
-        raise CorruptLastCheckpointError(source, "invalid JSON: nested too deeply") from None
-    if not isinstance(obj, dict):
-        raise CorruptLastCheckpointError(source, "expected a JSON object")
+    obj = load_json_object(source, data, CorruptLastCheckpointError, _loads_exact)
     expected = obj.get("checksum")
     if expected is not None:
         actual = hashlib.md5(canonical_json(obj).encode("utf-8")).hexdigest()

@@ -7,7 +7,6 @@ is optional here and validation compares only what the file holds.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from deltastream.log.actions import (
     Protocol,
     Txn,
 )
+from deltastream.log.json_document import load_json_object
 
 __all__ = ["VersionChecksum", "parse_version_checksum"]
 
@@ -61,14 +61,7 @@ def _int_or(source: str, obj: Mapping[str, Any], key: str, default: int) -> int:
 
 
 def parse_version_checksum(source: str, data: bytes) -> VersionChecksum:
-    try:
-        obj = json.loads(data)
-    except ValueError as e:
-        raise CorruptVersionChecksumError(source, f"invalid JSON: {e}") from None
-    except RecursionError:
-        raise CorruptVersionChecksumError(source, "invalid JSON: nested too deeply") from None
-    if not isinstance(obj, dict):
-        raise CorruptVersionChecksumError(source, "expected a JSON object")
+    obj = load_json_object(source, data, CorruptVersionChecksumError)
     try:
         txns = obj.get("setTransactions")
         domains = obj.get("domainMetadata")

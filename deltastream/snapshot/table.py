@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from types import TracebackType
-from typing import Self
 
 import anyio
 
@@ -27,7 +25,7 @@ from deltastream.snapshot.loader import load_snapshot, resolve_version_at
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.timestamps import TimestampSearch, parse_timestamp
 from deltastream.storage import open_store
-from deltastream.storage.base import ObjectStore
+from deltastream.storage.base import AsyncClosable, ObjectStore
 
 __all__ = ["Table", "TimestampLike", "open_table", "read_snapshot", "to_epoch_ms"]
 
@@ -48,7 +46,7 @@ def to_epoch_ms(value: TimestampLike) -> int:
     raise InvalidArgumentError(f"not a timestamp: {value!r}")
 
 
-class Table:
+class Table(AsyncClosable):
     """A handle on one Delta table. Cheap to create; owns its store's network clients."""
 
     def __init__(
@@ -93,17 +91,6 @@ class Table:
 
     async def aclose(self) -> None:
         await self.store.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> Table:

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from deltastream.errors import InvalidArgumentError
 
-__all__ = ["ObjectMeta", "ObjectStore", "StoreStats", "check_byte_range"]
+__all__ = ["AsyncClosable", "ObjectMeta", "ObjectStore", "StoreStats", "check_byte_range"]
 
 T = TypeVar("T")
 
@@ -44,7 +44,25 @@ class StoreStats:
     retries: int = 0
 
 
-class ObjectStore(ABC):
+class AsyncClosable:
+    """An async resource: ``aclose()`` releases it, ``async with`` calls that on exit."""
+
+    async def aclose(self) -> None:
+        """Release what the object holds; it must not be used afterwards."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class ObjectStore(AsyncClosable, ABC):
     """Async access to the objects under one root.
 
     Implementations must be safe to use from many tasks at once. ``aclose`` releases network
@@ -133,20 +151,6 @@ class ObjectStore(ABC):
                     r.close()
             raise failure
         return cast(list[T], results)
-
-    async def aclose(self) -> None:  # noqa: B027 - a no-op default is the right default
-        """Release any clients; the store must not be used afterwards."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def check_byte_range(uri: str, byte_range: tuple[int, int] | None) -> None:

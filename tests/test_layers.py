@@ -1,0 +1,74 @@
+"""The package's layers import in one direction only:
+errors <- storage <- log <- snapshot <- changes <- {spark, daemon, cli}."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "deltastream"
+LAYERS = {"errors": 0, "storage": 1, "log": 2, "snapshot": 3, "changes": 4}
+TOP = 5  # spark, daemon, cli and the package's own __init__/__main__
+#: Modules that only the I/O layer of each package may contain.
+STORAGE_ONLY_IMPORTS = {"aiobotocore", "botocore", "aiohttp"}
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    if parts[0] != "deltastream" or len(parts) == 1:
+        return TOP
+    return LAYERS.get(parts[1], TOP)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text())
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+    return found
+
+
+def test_imports_point_down_the_layers() -> None:
+    violations = []
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 20
+    for path in files:
+        me = module_name(path)
+        for target, line in imports(path):
+            if target.startswith("deltastream") and layer_of(target) > layer_of(me):
+                violations.append(f"{path.relative_to(ROOT)}:{line}: {me} imports {target}")
+    assert violations == []
+
+
+def test_network_libraries_stay_in_storage() -> None:
+    violations = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        me = module_name(path)
+        for target, line in imports(path):
+            if target.split(".")[0] in STORAGE_ONLY_IMPORTS and not me.startswith(
+                "deltastream.storage"
+            ):
+                violations.append(f"{path.relative_to(ROOT)}:{line}: {me} imports {target}")
+    assert violations == []
+
+
+def test_every_module_says_what_it_owns() -> None:
+    missing = [
+        str(p.relative_to(ROOT))
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "__main__.py" and ast.get_docstring(ast.parse(p.read_text())) is None
+    ]
+    assert missing == []
