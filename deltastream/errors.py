@@ -20,7 +20,13 @@ file (or URI) and the problem, so a one-line CLI report is enough to start debug
     ├── UnsupportedFeatureError       the table needs a reader feature deltastream lacks
     ├── VersionNotFoundError          time travel to a version the log cannot reconstruct
     ├── TimestampOutOfRangeError      time travel to a timestamp outside the table's history
-    └── ChecksumMismatchError         the snapshot disagrees with the version checksum file
+    ├── ChecksumMismatchError         the snapshot disagrees with the version checksum file
+    ├── DataFileError                 a data or change-data file cannot be read as the log says
+    │   └── DataFileNotFoundError     ... because it is gone (vacuumed)
+    ├── DeletionVectorError           a deletion vector is missing, corrupt or inconsistent
+    └── ChangeDataError               the change data feed cannot be produced for a range
+        ├── ChangeDataNotEnabledError versions changed rows while the feed was off
+        └── SchemaChangeError         the range crosses a schema change it cannot read safely
 """
 
 from __future__ import annotations
@@ -28,12 +34,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = [
+    "ChangeDataError",
+    "ChangeDataNotEnabledError",
     "ChecksumMismatchError",
     "CorruptCheckpointError",
     "CorruptCommitError",
     "CorruptFileError",
     "CorruptLastCheckpointError",
     "CorruptVersionChecksumError",
+    "DataFileError",
+    "DataFileNotFoundError",
+    "DeletionVectorError",
     "DeltaStreamError",
     "IncompleteCheckpointError",
     "InvalidArgumentError",
@@ -41,6 +52,7 @@ __all__ = [
     "LogError",
     "MissingVersionsError",
     "ObjectNotFoundError",
+    "SchemaChangeError",
     "StorageError",
     "TableNotFoundError",
     "TimestampOutOfRangeError",
@@ -193,3 +205,68 @@ class ChecksumMismatchError(DeltaStreamError):
         self.field = field
         self.expected = expected
         self.actual = actual
+
+
+class DataFileError(DeltaStreamError):
+    """A data file (or change-data file) cannot be read as the log describes it.
+
+    ``path`` is the file, ``version`` the table version whose action named it (if known).
+    """
+
+    def __init__(self, path: str, problem: str, version: int | None = None) -> None:
+        where = f" (named by version {version})" if version is not None else ""
+        super().__init__(f"{path}{where}: {problem}")
+        self.path = path
+        self.problem = problem
+        self.version = version
+
+
+class DataFileNotFoundError(DataFileError):
+    """A data file the log references no longer exists (typically removed by VACUUM)."""
+
+    def __init__(self, path: str, version: int | None = None) -> None:
+        super().__init__(path, "file not found (vacuumed or deleted?)", version)
+
+
+class DeletionVectorError(DeltaStreamError):
+    """A deletion vector is missing, fails its checksum, or does not match its descriptor.
+
+    ``path`` names the deletion vector (its file, or the data file for an inline one).
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class ChangeDataError(DeltaStreamError):
+    """The change data feed cannot be produced for the requested range."""
+
+
+class ChangeDataNotEnabledError(ChangeDataError):
+    """Versions in the range changed or deleted rows while ``delta.enableChangeDataFeed`` was off.
+
+    ``versions`` lists them. Change data can still be inferred from add/remove actions on
+    request, at the price of showing rewritten files as whole-file deletes and inserts.
+    """
+
+    def __init__(self, uri: str, versions: Iterable[int]) -> None:
+        self.versions = tuple(sorted(set(versions)))
+        super().__init__(
+            f"{uri}: change data is not available for version(s) "
+            f"{_format_versions(self.versions)}: they changed rows while "
+            "delta.enableChangeDataFeed was off (ask to infer changes from add/remove actions "
+            "to read them anyway)"
+        )
+        self.uri = uri
+
+
+class SchemaChangeError(ChangeDataError):
+    """The range crosses a schema change (a dropped column, an incompatible type change) that
+    cannot be read safely with the range's final schema."""
+
+    def __init__(self, uri: str, version: int, problem: str) -> None:
+        super().__init__(f"{uri}: version {version} {problem}")
+        self.uri = uri
+        self.version = version
