@@ -1,17 +1,25 @@
 """deltastream: follow a Delta Lake table as it changes.
 
-The public API: open a table, load snapshots (by version or timestamp), and the errors.
+The public API: open a table, load snapshots (by version or timestamp), read its rows and
+its change data feed, and the errors.
 """
 
 from typing import TYPE_CHECKING, Any
 
+from deltastream.changes.api import read_changes, read_rows, table_changes, table_rows
+from deltastream.changes.stream import BatchStream
 from deltastream.errors import (
+    ChangeDataError,
+    ChangeDataNotEnabledError,
     ChecksumMismatchError,
     CorruptCheckpointError,
     CorruptCommitError,
     CorruptFileError,
     CorruptLastCheckpointError,
     CorruptVersionChecksumError,
+    DataFileError,
+    DataFileNotFoundError,
+    DeletionVectorError,
     DeltaStreamError,
     IncompleteCheckpointError,
     InvalidArgumentError,
@@ -19,6 +27,7 @@ from deltastream.errors import (
     LogError,
     MissingVersionsError,
     ObjectNotFoundError,
+    SchemaChangeError,
     StorageError,
     TableNotFoundError,
     TimestampOutOfRangeError,
@@ -58,6 +67,9 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AddCDCFile",
     "AddFile",
+    "BatchStream",
+    "ChangeDataError",
+    "ChangeDataNotEnabledError",
     "ChecksumMismatchError",
     "CommitInfo",
     "CorruptCheckpointError",
@@ -65,7 +77,10 @@ __all__ = [
     "CorruptFileError",
     "CorruptLastCheckpointError",
     "CorruptVersionChecksumError",
+    "DataFileError",
+    "DataFileNotFoundError",
     "DeletionVectorDescriptor",
+    "DeletionVectorError",
     "DeltaStreamError",
     "DomainMetadata",
     "IncompleteCheckpointError",
@@ -79,6 +94,7 @@ __all__ = [
     "Protocol",
     "RemoveFile",
     "S3Options",
+    "SchemaChangeError",
     "Snapshot",
     "StorageError",
     "Table",
@@ -91,5 +107,9 @@ __all__ = [
     "__version__",
     "open_store",
     "open_table",
+    "read_changes",
+    "read_rows",
     "read_snapshot",
+    "table_changes",
+    "table_rows",
 ]

@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import pyarrow as pa
 
+from deltastream.changes.api import read_changes, read_rows
 from deltastream.errors import DeltaStreamError, InvalidArgumentError
 from deltastream.log.actions import AddFile
+from deltastream.output import write_json_lines, write_parquet
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table
 
@@ -49,6 +52,32 @@ def _add_table_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_output_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="a .parquet file to write, or - for JSON lines on stdout",
+    )
+
+
+def _columns(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def _write(reader: pa.RecordBatchReader, output: str, out: TextIO) -> None:
+    if output == "-":
+        write_json_lines(reader, out)
+        return
+    if not output.endswith(".parquet"):
+        raise InvalidArgumentError(f"output must be a .parquet file or -, not {output!r}")
+    rows = write_parquet(reader.schema, reader, output)
+    out.write(json.dumps({"output": output, "rows": rows}) + "\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deltastream", description="Follow a Delta Lake table as it changes."
@@ -74,6 +103,41 @@ def _build_parser() -> argparse.ArgumentParser:
     files_when = files.add_mutually_exclusive_group()
     files_when.add_argument("--version", type=int, help="time travel to this version")
     files_when.add_argument("--timestamp", help="time travel to this ISO-8601 time")
+
+    read = sub.add_parser("read", help="read the table's rows to a parquet file or JSON lines")
+    _add_table_args(read)
+    read_when = read.add_mutually_exclusive_group()
+    read_when.add_argument("--version", type=int, help="time travel to this version")
+    read_when.add_argument("--timestamp", help="time travel to this ISO-8601 time")
+    read.add_argument("--columns", help="comma-separated columns to return (default: all)")
+    read.add_argument(
+        "--where",
+        help="row filter, e.g. \"country = 'NL' AND amount >= 10\" (=, <>, <, <=, "
+        ">, >=, IN, IS [NOT] NULL, AND, OR, NOT)",
+    )
+    _add_output_arg(read)
+
+    changes = sub.add_parser("changes", help="read the change data feed of a range of versions")
+    _add_table_args(changes)
+    start = changes.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="start", type=int, help="first version (default 0)")
+    start.add_argument("--from-timestamp", help="first version committed at or after this time")
+    end = changes.add_mutually_exclusive_group()
+    end.add_argument("--to", dest="end", type=int, help="last version (default: the latest)")
+    end.add_argument("--to-timestamp", help="last version committed at or before this time")
+    changes.add_argument("--columns", help="comma-separated data columns (default: all)")
+    changes.add_argument(
+        "--infer-without-cdf",
+        action="store_true",
+        help="read versions written while the change data feed was off as whole-file "
+        "deletes and inserts instead of failing",
+    )
+    changes.add_argument(
+        "--allow-empty-range",
+        action="store_true",
+        help="an empty result instead of an error when the range lies outside the table",
+    )
+    _add_output_arg(changes)
 
     demo = sub.add_parser("demo", help="create a small local table and show its snapshot")
     demo.add_argument(
@@ -160,6 +224,29 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             out.write(json.dumps(anyio.run(_load, args).summary()) + "\n")
         elif args.command == "files":
             _print_files(anyio.run(_load, args), out)
+        elif args.command == "read":
+            reader = read_rows(
+                args.uri,
+                version=args.version,
+                timestamp=args.timestamp,
+                columns=_columns(args.columns),
+                where=args.where,
+                storage_options=_storage_options(args.storage_option),
+            )
+            _write(reader, args.output, out)
+        elif args.command == "changes":
+            reader = read_changes(
+                args.uri,
+                start_version=args.start,
+                end_version=args.end,
+                start_timestamp=args.from_timestamp,
+                end_timestamp=args.to_timestamp,
+                columns=_columns(args.columns),
+                infer_without_cdf=args.infer_without_cdf,
+                allow_empty_range=args.allow_empty_range,
+                storage_options=_storage_options(args.storage_option),
+            )
+            _write(reader, args.output, out)
         elif args.command == "demo":
             _demo(args.path, out)
     except DeltaStreamError as e:

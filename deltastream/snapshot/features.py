@@ -41,7 +41,17 @@ KNOWN_READER_FEATURES: dict[str, str] = {
 
 #: Reader features deltastream implements.
 SUPPORTED_READER_FEATURES = frozenset(
-    {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        # Files keep their narrower types; the data reader casts every column to the table's
+        # type, which is what type widening asks of readers.
+        "typeWidening",
+        "typeWidening-preview",
+    }
 )
 
 

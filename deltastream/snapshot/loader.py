@@ -43,7 +43,7 @@ from deltastream.snapshot.timestamps import (
 from deltastream.snapshot.validate import validate_snapshot
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["load_snapshot", "read_log_files", "resolve_version_at"]
+__all__ = ["load_snapshot", "load_table_state", "read_log_files", "resolve_version_at"]
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +266,21 @@ async def load_snapshot(
     return snapshot
 
 
+async def load_table_state(
+    store: ObjectStore, version: int | None = None, *, files: bool = False
+) -> tuple[LogState, LogSegment]:
+    """The reconciled state at ``version`` (default latest), checked like a snapshot's
+    (protocol and metadata present, reader features supported). With ``files=False`` only
+    protocol, metadata, txns and domains are replayed: the checkpoint's file actions are not
+    even decoded, which makes this cheap on large tables."""
+    segment, listing = await load_segment(store, version)
+    state, segment = await _replay(store, segment, listing, files=files)
+    _check_state(store.root_uri, segment, state)
+    assert state.protocol is not None
+    check_readable(store.root_uri, state.protocol)
+    return state, segment
+
+
 async def resolve_version_at(
     store: ObjectStore,
     timestamp_ms: int,
@@ -274,11 +289,9 @@ async def resolve_version_at(
     allow_after_latest: bool = False,
 ) -> int:
     """The version current at ``timestamp_ms`` (see :func:`resolve_timestamp`)."""
-    segment, listing = await load_segment(store)
-    state, _ = await _replay(store, segment, listing, files=False)
-    _check_state(store.root_uri, segment, state)
+    state, _ = await load_table_state(store)
     assert state.metadata is not None
-    full = listing if listing.listed_from == 0 else await list_log(store, 0)
+    full = await list_log(store, 0)
     return await resolve_timestamp(
         store, full, state.metadata, timestamp_ms, search, allow_after_latest=allow_after_latest
     )

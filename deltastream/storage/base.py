@@ -8,16 +8,18 @@ of deltastream that touches files or the network.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self, TypeVar, cast
+from urllib.parse import unquote
 
 import anyio
 import pyarrow as pa
 
-from deltastream.errors import InvalidArgumentError
+from deltastream.errors import InvalidArgumentError, StorageError
 
 __all__ = ["AsyncClosable", "ObjectMeta", "ObjectStore", "StoreStats", "check_byte_range"]
 
@@ -42,6 +44,13 @@ class StoreStats:
     head_requests: int = 0
     put_requests: int = 0
     retries: int = 0
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
+def _is_absolute(path: str) -> bool:
+    return path.startswith("/") or _SCHEME.match(path) is not None
 
 
 class AsyncClosable:
@@ -78,7 +87,8 @@ class ObjectStore(AsyncClosable, ABC):
     @property
     @abstractmethod
     def root_uri(self) -> str:
-        """The URI of the root, without a trailing slash (``file:///t`` or ``s3://b/p``)."""
+        """Where the root is, without a trailing slash: the absolute path of a local root
+        (``/data/t``), or the URI of a remote one (``s3://bucket/prefix``). Decoded."""
 
     def uri_for(self, key: str) -> str:
         """The full URI of ``key``, for messages."""
@@ -107,11 +117,28 @@ class ObjectStore(AsyncClosable, ABC):
     async def head(self, key: str) -> ObjectMeta:
         """Return the object's size and modification time without reading it."""
 
-    async def open_file(self, key: str) -> pa.NativeFile:
+    async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
         """A random-access file over the object, for readers (such as pyarrow's parquet
-        reader) that need only parts of it. The caller closes it. This default downloads the
-        whole object; stores with cheap random access override it."""
+        reader) that need only parts of it. The caller closes it. ``size``, when the caller
+        knows it, saves a request. This default downloads the whole object; stores with
+        cheaper random access override it. Reads may have to be made from an anyio worker
+        thread (``anyio.to_thread.run_sync``), never from the event loop itself."""
         return pa.BufferReader(await self.get(key))
+
+    def resolve(self, path: str) -> tuple[ObjectStore, str]:
+        """The store and key of a path as the Delta log writes it.
+
+        Relative paths are percent-encoded and relative to this store's root. Absolute paths
+        (a URI or an absolute local path) are canonicalised: under this root they are read
+        through this store; elsewhere through a store for that location, opened on demand
+        and closed with this one.
+        """
+        if not _is_absolute(path):
+            return self, unquote(path)
+        return self._resolve_absolute(path)
+
+    def _resolve_absolute(self, path: str) -> tuple[ObjectStore, str]:
+        raise StorageError(path, f"cannot read a file outside {self.root_uri} from this store")
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes]:
         """Fetch several objects concurrently, returning their bytes in the order of ``keys``."""

@@ -10,6 +10,7 @@ import os
 import stat
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from urllib.parse import unquote
 
 import anyio.to_thread
 import pyarrow as pa
@@ -28,6 +29,7 @@ class LocalStore(ObjectStore):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         super().__init__()
         self._root = Path(root).expanduser().absolute()
+        self._filesystem_root: LocalStore | None = None
 
     @property
     def root_uri(self) -> str:
@@ -93,7 +95,25 @@ class LocalStore(ObjectStore):
         except OSError as e:
             raise StorageError(str(path), f"cannot read: {e.strerror or e}") from e
 
-    async def open_file(self, key: str) -> pa.NativeFile:
+    def _resolve_absolute(self, path: str) -> tuple[ObjectStore, str]:
+        scheme, _, rest = path.partition(":") if not path.startswith("/") else ("", "", path)
+        if scheme and scheme.lower() != "file":
+            return super()._resolve_absolute(path)
+        if rest.startswith("//"):  # file://host/path or file:///path
+            host, _, tail = rest[2:].partition("/")
+            if host not in ("", "localhost"):
+                return super()._resolve_absolute(path)
+            rest = "/" + tail
+        target = Path(unquote(rest))  # log paths are URIs, percent-encoded
+        try:
+            return self, target.relative_to(self._root).as_posix()
+        except ValueError:
+            if self._filesystem_root is None:
+                self._filesystem_root = LocalStore("/")
+                self._filesystem_root.stats = self.stats
+            return self._filesystem_root, target.as_posix().lstrip("/")
+
+    async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
         self.stats.get_requests += 1
         return await anyio.to_thread.run_sync(self._open, key)
 

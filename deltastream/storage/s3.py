@@ -8,16 +8,20 @@ with exponential backoff and full jitter; anything else fails at once.
 
 from __future__ import annotations
 
+import io
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import aiohttp
 import anyio
+import anyio.from_thread
 import botocore.exceptions
+import pyarrow as pa
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
@@ -88,6 +92,63 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     aiohttp.ClientError,
     TimeoutError,
 )
+
+
+#: Objects up to this size are fetched with one GET when opened for random access.
+_WHOLE_OBJECT_LIMIT = 8 << 20
+#: Minimum size of each ranged GET of a larger object (reads ahead for sequential readers).
+_READ_AHEAD = 4 << 20
+
+
+class _RangedObject(io.RawIOBase):
+    """A read-only, seekable file over one S3 object, fetched by ranged GETs.
+
+    Used by pyarrow's (synchronous) parquet reader from an anyio worker thread: every read
+    hands the GET back to the event loop with :func:`anyio.from_thread.run`.
+    """
+
+    def __init__(self, store: S3Store, key: str, size: int) -> None:
+        super().__init__()
+        self._store, self._key, self._size = store, key, size
+        self._pos = 0
+        self._buffer = b""
+        self._buffer_start = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
+        if end <= self._pos:
+            return b""
+        buffered_end = self._buffer_start + len(self._buffer)
+        if not (self._buffer_start <= self._pos and end <= buffered_end):
+            fetch_end = min(self._size, max(end, self._pos + _READ_AHEAD))
+            self._buffer = anyio.from_thread.run(self._store.get, self._key, (self._pos, fetch_end))
+            self._buffer_start = self._pos
+        start = self._pos - self._buffer_start
+        data = self._buffer[start : start + (end - self._pos)]
+        self._pos += len(data)
+        return data
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
 
 
 class _RangeNotSatisfiableError(Exception):
@@ -203,6 +264,7 @@ class S3Store(ObjectStore):
         self._stack: AsyncExitStack | None = None
         self._client_lock = anyio.Lock()
         self._closed = False
+        self._foreign: dict[str, S3Store] = {}
 
     @property
     def root_uri(self) -> str:
@@ -258,6 +320,9 @@ class S3Store(ObjectStore):
             stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
             await stack.aclose()
+        foreign, self._foreign = list(self._foreign.values()), {}
+        for store in foreign:
+            await store.aclose()
 
     async def _call(self, uri: str, what: str, op: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``op(client)`` with this store's retry policy."""
@@ -360,6 +425,30 @@ class S3Store(ObjectStore):
         except _RangeNotSatisfiableError:
             # The range starts past the end of the object: nothing there, as for local files.
             return b""
+
+    async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
+        """Small objects are downloaded whole (one request); larger ones are read with ranged
+        GETs as the reader asks for them, so memory holds only what is being decoded."""
+        if size is None:
+            size = (await self.head(key)).size
+        if size <= _WHOLE_OBJECT_LIMIT:
+            return pa.BufferReader(await self.get(key))
+        return pa.PythonFile(_RangedObject(self, key, size), mode="r")
+
+    def _resolve_absolute(self, path: str) -> tuple[ObjectStore, str]:
+        scheme, _, rest = path.partition("://")
+        if scheme.lower() not in ("s3", "s3a") or not rest:
+            return super()._resolve_absolute(path)
+        bucket, _, key = rest.partition("/")
+        key = unquote(key)
+        if bucket == self.bucket and (not self.prefix or key.startswith(self.prefix + "/")):
+            return self, self._relative_key(key)
+        other = self._foreign.get(bucket)
+        if other is None:
+            other = S3Store(bucket, "", self.options)
+            other.stats = self.stats
+            self._foreign[bucket] = other
+        return other, key
 
     async def head(self, key: str) -> ObjectMeta:
         uri = self.uri_for(key)

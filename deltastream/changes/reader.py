@@ -1,0 +1,376 @@
+"""Reading one data file (or change-data file) into logical Arrow record batches.
+
+A :class:`FileRead` says which file and which of its rows (a deletion vector's rows
+excluded, or only a given set of rows included); a :class:`ReadSchema` says what to
+produce: the table's logical columns, resolved in the file by name, physical name or
+parquet field id depending on the column-mapping mode, cast to the table's types (parquet
+INT96 and millisecond timestamps become UTC microseconds, narrower numbers widen), with
+partition columns filled in from the log and columns missing from the file as nulls.
+
+The parquet decoding is synchronous (pyarrow) and runs in a worker thread; every batch is
+handed back to the caller's event loop, so reading a file holds about one batch in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import anyio.to_thread
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyroaring import BitMap64
+
+from deltastream.changes.partitions import partition_column
+from deltastream.changes.schema import (
+    PARQUET_FIELD_ID,
+    ArrayType,
+    ColumnMappingMode,
+    DataType,
+    MapType,
+    StructField,
+    StructType,
+    to_arrow_type,
+)
+from deltastream.errors import (
+    DataFileError,
+    DataFileNotFoundError,
+    DeletionVectorError,
+    ObjectNotFoundError,
+)
+from deltastream.storage.base import ObjectStore
+
+__all__ = ["BATCH_ROWS", "FileRead", "ReadSchema", "read_file"]
+
+#: Rows per record batch produced by readers.
+BATCH_ROWS = 65_536
+_READ_BUFFER = 1 << 20
+
+
+@dataclass(frozen=True)
+class ReadSchema:
+    """What to produce from each file: ``columns`` (logical, top-level, in output order) of
+    ``table_schema``, then ``file_columns`` (read from the file under exactly these names,
+    e.g. ``_change_type`` of change-data files), then ``constants``.
+
+    ``row_filter`` (an Arrow expression over logical column names) keeps the rows for which
+    it is true; columns it needs that are not in the output are read and then dropped.
+    """
+
+    table_schema: StructType
+    columns: tuple[str, ...]
+    partition_columns: tuple[str, ...] = ()
+    mode: ColumnMappingMode = ColumnMappingMode.NONE
+    file_columns: tuple[tuple[str, pa.DataType], ...] = ()
+    constant_fields: tuple[pa.Field[Any], ...] = ()
+    row_filter: pc.Expression | None = None
+    filter_columns: tuple[str, ...] = ()
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        fields = [f for f in self.table_schema.select(self.columns).to_arrow()]
+        fields += [pa.field(name, t) for name, t in self.file_columns]
+        fields += list(self.constant_fields)
+        return pa.schema(fields)
+
+    @property
+    def read_columns(self) -> tuple[str, ...]:
+        """Logical columns read from each file: the output ones plus the filter's."""
+        extra = [c for c in self.filter_columns if c not in self.columns]
+        return (*self.columns, *extra)
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One file to read: its log path, partition values (keyed as in the log), and which
+    rows to return: all rows but ``exclude`` (a deletion vector), or only ``include``."""
+
+    path: str
+    partition_values: Mapping[str, str | None] = field(default_factory=dict)
+    size: int | None = None
+    version: int | None = None
+    exclude: BitMap64 | None = None
+    include: BitMap64 | None = None
+    #: Values of the schema's ``constant_fields`` for every row of this file.
+    constants: tuple[Any, ...] = ()
+
+
+class _TypeMismatchError(Exception):
+    pass
+
+
+def _field_id(f: pa.Field[Any]) -> int | None:
+    raw = (f.metadata or {}).get(PARQUET_FIELD_ID)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _child_index(
+    fields: list[pa.Field[Any]], target: StructField, mode: ColumnMappingMode
+) -> int | None:
+    """Index of ``target``'s column among a file's fields, or ``None`` if the file lacks it."""
+    if mode is ColumnMappingMode.ID:
+        wanted = target.field_id
+        for i, f in enumerate(fields):
+            if wanted is not None and _field_id(f) == wanted:
+                return i
+        return None
+    name = target.physical_name(mode)
+    exact = [i for i, f in enumerate(fields) if f.name == name]
+    if len(exact) == 1:
+        return exact[0]
+    # Spark resolves parquet columns case-insensitively; do the same when unambiguous.
+    folded = [i for i, f in enumerate(fields) if f.name.lower() == name.lower()]
+    return folded[0] if len(folded) == 1 else None
+
+
+def conform(arr: pa.Array[Any], target: DataType, mode: ColumnMappingMode) -> pa.Array[Any]:
+    """An array of a file's column as the table's logical type: nested fields found by
+    physical name or id and renamed, missing ones null, primitives cast."""
+    target_type = to_arrow_type(target)
+    if arr.type == target_type:
+        return arr
+    if isinstance(target, StructType):
+        if not pa.types.is_struct(arr.type):
+            raise _TypeMismatchError
+        struct = cast(pa.StructArray, arr)
+        file_fields = [struct.type.field(i) for i in range(struct.type.num_fields)]
+        children, fields = [], []
+        for f in target.fields:
+            f_type = to_arrow_type(f.type)
+            if pa.types.is_null(f_type):
+                continue  # void
+            fields.append(pa.field(f.name, f_type, nullable=f.nullable))
+            idx = _child_index(file_fields, f, mode)
+            if idx is None:
+                children.append(_nulls(len(struct), f_type))
+            else:
+                children.append(conform(struct.field(idx), f.type, mode))
+        mask = struct.is_null() if struct.null_count else None
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+    if isinstance(target, ArrayType):
+        if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+            raise _TypeMismatchError
+        lst: Any = arr
+        values = conform(lst.values, target.element_type, mode)
+        mask = lst.is_null() if lst.null_count else None
+        cls: Any = pa.LargeListArray if pa.types.is_large_list(arr.type) else pa.ListArray
+        rebuilt: pa.Array[Any] = cls.from_arrays(lst.offsets, values, mask=mask)
+        return rebuilt.cast(target_type)
+    if isinstance(target, MapType):
+        if not pa.types.is_map(arr.type):
+            raise _TypeMismatchError
+        m: Any = arr
+        keys = conform(m.keys, target.key_type, mode)
+        items = conform(m.items, target.value_type, mode)
+        mask = m.is_null() if m.null_count else None
+        map_array: Any = pa.MapArray
+        rebuilt_map: pa.Array[Any] = map_array.from_arrays(
+            m.offsets, keys, items, type=target_type, mask=mask
+        )
+        return rebuilt_map
+    if pa.types.is_struct(arr.type) or pa.types.is_list(arr.type) or pa.types.is_map(arr.type):
+        raise _TypeMismatchError
+    try:
+        return arr.cast(target_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise _TypeMismatchError from e
+
+
+def _selection(task: FileRead, start: int, length: int) -> pa.BooleanArray | None:
+    """Which rows ``[start, start + length)`` of the file to keep; ``None`` for all."""
+    if task.exclude is None and task.include is None:
+        return None
+    bitmap = task.include if task.include is not None else task.exclude
+    assert bitmap is not None
+    in_bitmap = np.zeros(length, dtype=bool)
+    if len(bitmap):
+        rows = np.asarray(bitmap.to_array(), dtype=np.uint64)
+        lo, hi = np.searchsorted(rows, [start, start + length])
+        in_bitmap[(rows[lo:hi] - np.uint64(start)).astype(np.int64)] = True
+    keep = in_bitmap if task.include is not None else ~in_bitmap
+    return pa.array(keep, type=pa.bool_())
+
+
+class _FileReader:
+    """Decodes one open parquet file into output batches (synchronously)."""
+
+    def __init__(
+        self, source: str, handle: pa.NativeFile, task: FileRead, schema: ReadSchema
+    ) -> None:
+        self.source, self.task, self.schema = source, task, schema
+        try:
+            self.pf = pq.ParquetFile(
+                handle,
+                pre_buffer=False,
+                buffer_size=_READ_BUFFER,
+                coerce_int96_timestamp_unit="us",
+            )
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise self.error(f"not a readable parquet file: {e}") from None
+        self.num_rows = self.pf.metadata.num_rows
+        self._check_selection()
+        file_fields = list(self.pf.schema_arrow)
+        table = schema.table_schema
+        # Per logical read column: its kind ("partition", "file" or "null"), its field, and
+        # for "file" the file's column name.
+        self.plan: list[tuple[str, StructField, str | None]] = []
+        self.file_names: list[str] = []
+        for name in schema.read_columns:
+            f = table.get(name)
+            assert f is not None
+            if name in schema.partition_columns:
+                self.plan.append(("partition", f, None))
+                continue
+            idx = _child_index(file_fields, f, schema.mode)
+            if idx is None:
+                self.plan.append(("null", f, None))
+            else:
+                self.plan.append(("file", f, file_fields[idx].name))
+                self.file_names.append(file_fields[idx].name)
+        present = {f.name for f in file_fields}
+        for name, _ in schema.file_columns:
+            if name not in present:
+                raise self.error(
+                    f"unexpected schema: it has no {name!r} column "
+                    f"(columns: {', '.join(sorted(present)) or 'none'})"
+                )
+            self.file_names.append(name)
+
+    def error(self, problem: str) -> DataFileError:
+        return DataFileError(self.source, problem, self.task.version)
+
+    def _check_selection(self) -> None:
+        for bitmap in (self.task.exclude, self.task.include):
+            if bitmap is not None and len(bitmap) and bitmap.max() >= self.num_rows:
+                raise DeletionVectorError(
+                    self.source,
+                    f"deletion vector names row {bitmap.max()} "
+                    f"but the file has {self.num_rows} rows",
+                )
+
+    def _raw_batches(self) -> Iterator[pa.RecordBatch]:
+        columns = list(dict.fromkeys(self.file_names))
+        if columns:
+            yield from self.pf.iter_batches(
+                batch_size=BATCH_ROWS, columns=columns, use_threads=True
+            )
+            return
+        # Only partition columns or nulls: the rows still have to be counted.
+        for rg in range(self.pf.metadata.num_row_groups):
+            remaining = self.pf.metadata.row_group(rg).num_rows
+            while remaining > 0:
+                n = min(BATCH_ROWS, remaining)
+                yield _empty(n)
+                remaining -= n
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        start = 0
+        schema = self.schema
+        out_schema = schema.output_schema
+        try:
+            for raw in self._raw_batches():
+                n = raw.num_rows
+                selection = _selection(self.task, start, n)
+                start += n
+                if selection is not None and not pc.any(selection).as_py():
+                    continue
+                yield from self._convert(raw, n, selection, out_schema)
+        except (pa.ArrowException, OSError) as e:
+            raise self.error(f"cannot decode: {e}") from None
+
+    def _convert(
+        self,
+        raw: pa.RecordBatch,
+        n: int,
+        selection: pa.BooleanArray | None,
+        out_schema: pa.Schema,
+    ) -> Iterator[pa.RecordBatch]:
+        schema = self.schema
+        arrays: list[pa.Array[Any]] = []
+        names: list[str] = []
+        for kind, f, file_name in self.plan:
+            f_type = to_arrow_type(f.type)
+            if pa.types.is_null(f_type):
+                continue  # void columns are dropped
+            names.append(f.name)
+            if kind == "partition":
+                key = f.physical_name(schema.mode)
+                arrays.append(
+                    partition_column(self.task.partition_values.get(key), f.type, f.name, n)
+                )
+            elif kind == "null":
+                arrays.append(_nulls(n, f_type))
+            else:
+                assert file_name is not None
+                column = raw.column(raw.schema.get_field_index(file_name))
+                try:
+                    arrays.append(conform(column, f.type, schema.mode))
+                except _TypeMismatchError:
+                    raise self.error(
+                        f"column {f.name!r} is stored as {column.type}, which cannot be read "
+                        f"as the table's type {f.type}"
+                    ) from None
+        for name, t in schema.file_columns:
+            column = raw.column(raw.schema.get_field_index(name))
+            try:
+                arrays.append(column.cast(t))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise self.error(
+                    f"unexpected schema: column {name!r} is {column.type}: {e}"
+                ) from None
+            names.append(name)
+        table = pa.Table.from_arrays(arrays, names=names)
+        if selection is not None:
+            table = table.filter(selection)
+        if schema.row_filter is not None:
+            table = table.filter(schema.row_filter)
+        if table.num_rows == 0:
+            return
+        keep = [*schema.columns, *(name for name, _ in schema.file_columns)]
+        table = table.select([c for c in keep if c in table.column_names])
+        for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
+            scalar = pa.scalar(value, type=constant.type)
+            table = table.append_column(constant, pa.repeat(scalar, table.num_rows))
+        yield from table.cast(out_schema).to_batches(max_chunksize=BATCH_ROWS)
+
+
+def _nulls(n: int, t: pa.DataType) -> pa.Array[Any]:
+    nulls: Any = pa.nulls  # the stubs do not accept a DataType argument
+    result: pa.Array[Any] = nulls(n, t)
+    return result
+
+
+def _empty(n: int) -> pa.RecordBatch:
+    """A batch of ``n`` rows and no columns a reader asked for (only the count matters)."""
+    return pa.RecordBatch.from_pydict({"__rows": pa.nulls(n)})
+
+
+_DONE = object()
+
+
+async def read_file(
+    store: ObjectStore, task: FileRead, schema: ReadSchema
+) -> AsyncIterator[pa.RecordBatch]:
+    """Stream the batches of one file. Each batch is decoded in a worker thread."""
+    file_store, key = store.resolve(task.path)
+    source = file_store.uri_for(key)
+    try:
+        handle = await file_store.open_file(key, task.size)
+    except ObjectNotFoundError as e:
+        raise DataFileNotFoundError(source, task.version) from e
+    try:
+        reader = await anyio.to_thread.run_sync(_FileReader, source, handle, task, schema)
+        batches = reader.batches()
+        while True:
+            batch = await anyio.to_thread.run_sync(next, batches, _DONE)
+            if batch is _DONE:
+                return
+            yield cast(pa.RecordBatch, batch)
+    finally:
+        handle.close()

@@ -1,0 +1,79 @@
+"""Reading a snapshot's rows: the live files, pruned by a predicate, each read with its
+deletion vector, streamed as record batches of the table's logical schema."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import pyarrow as pa
+
+from deltastream.changes.deletion_vectors import load_deletion_vector
+from deltastream.changes.predicates import may_match, parse_predicate, to_arrow_expression
+from deltastream.changes.reader import FileRead, ReadSchema, read_file
+from deltastream.changes.schema import (
+    StructType,
+    column_mapping_mode,
+    table_schema,
+    to_arrow_type,
+)
+from deltastream.changes.stream import BatchStream
+from deltastream.log.actions import DeletionVectorDescriptor
+from deltastream.snapshot.snapshot import Snapshot
+from deltastream.storage.base import ObjectStore
+
+__all__ = ["data_columns", "scan_snapshot"]
+
+#: Live files whose descriptions are turned into Python objects at a time.
+_FILES_PER_CHUNK = 1024
+
+
+def data_columns(schema: StructType) -> tuple[str, ...]:
+    """The columns a read returns by default: all of them but ``void`` ones."""
+    return tuple(f.name for f in schema.fields if not pa.types.is_null(to_arrow_type(f.type)))
+
+
+def scan_snapshot(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    *,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
+) -> BatchStream:
+    """The rows of ``snapshot`` (optionally only ``columns``, only rows matching ``where``)."""
+    schema = table_schema(snapshot.metadata)
+    mode = column_mapping_mode(snapshot.protocol, snapshot.metadata)
+    partition_columns = snapshot.metadata.partition_columns
+    selected = tuple(columns) if columns else data_columns(schema)
+    schema.select(selected)  # unknown names fail here, before anything is read
+    predicate = parse_predicate(where, schema) if where else None
+    files = snapshot.files
+    if predicate is not None and files.num_rows:
+        files = files.filter(may_match(predicate, files, schema, partition_columns, mode))
+    read_schema = ReadSchema(
+        table_schema=schema,
+        columns=selected,
+        partition_columns=partition_columns,
+        mode=mode,
+        row_filter=to_arrow_expression(predicate) if predicate is not None else None,
+        filter_columns=tuple(predicate.columns) if predicate is not None else (),
+    )
+
+    async def batches() -> AsyncIterator[pa.RecordBatch]:
+        wanted = files.select(["path", "partitionValues", "size", "deletionVector"])
+        for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
+            for row in chunk.to_pylist(maps_as_pydicts="strict"):
+                exclude = None
+                if row["deletionVector"] is not None:
+                    descriptor = DeletionVectorDescriptor.from_json(row["deletionVector"])
+                    exclude = await load_deletion_vector(store, descriptor, data_file=row["path"])
+                task = FileRead(
+                    path=row["path"],
+                    partition_values=row["partitionValues"] or {},
+                    size=row["size"],
+                    version=snapshot.version,
+                    exclude=exclude,
+                )
+                async for batch in read_file(store, task, read_schema):
+                    yield batch
+
+    return BatchStream(read_schema.output_schema, batches())

@@ -1,0 +1,86 @@
+"""Writing record batches out: JSON lines and parquet files.
+
+JSON values: timestamps and dates in ISO-8601 (UTC timestamps with ``+00:00``), decimals as
+strings (exact), binary as base64, maps as objects (keys as strings), NaN/Infinity as the
+strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (JSON has no such numbers).
+A parquet output is written to a temporary file beside the target and renamed into place
+only when complete, so a failed run never leaves a partial file under the target name.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["batch_to_json_lines", "json_value", "write_json_lines", "write_parquet"]
+
+
+def json_value(value: Any) -> Any:
+    """A JSON-encodable form of one Arrow value (as ``to_pylist`` returns it)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
+def batch_to_json_lines(batch: pa.RecordBatch) -> Iterator[str]:
+    for row in batch.to_pylist(maps_as_pydicts="lossy"):
+        yield json.dumps({k: json_value(v) for k, v in row.items()}, ensure_ascii=False)
+
+
+def write_json_lines(batches: Iterable[pa.RecordBatch], out: TextIO) -> int:
+    """Write every row as one JSON object per line; returns the number of rows."""
+    rows = 0
+    for batch in batches:
+        for line in batch_to_json_lines(batch):
+            out.write(line + "\n")
+        rows += batch.num_rows
+    out.flush()
+    return rows
+
+
+def write_parquet(schema: pa.Schema, batches: Iterable[pa.RecordBatch], path: str) -> int:
+    """Write all batches to one parquet file at ``path`` atomically; returns the row count."""
+    target = os.path.abspath(path)
+    directory = os.path.dirname(target)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".deltastream-", suffix=".parquet.tmp", dir=directory)
+    os.close(fd)
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return rows
