@@ -142,3 +142,64 @@ def test_demo_builds_and_reads_a_table(tmp_path: Path) -> None:
     assert code == 0
     summary = json.loads(out[: out.index("\n}\n") + 3])
     assert summary["version"] == 4 and summary["metadata"]["partitionColumns"] == ["country"]
+
+
+CDF_TABLE = CORPORA / "delta-kernel-rs/data/cdf-table"
+
+
+def test_read_to_json_lines() -> None:
+    code, out = cli(
+        "read", str(CDF_TABLE), "--columns", "id,birthday", "--where", "id < 3", "-o", "-"
+    )
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0
+    assert sorted(r["id"] for r in rows) == [1, 2]
+    assert all(set(r) == {"id", "birthday"} and len(r["birthday"]) == 10 for r in rows)
+
+
+def test_read_to_parquet(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    import deltastream as ds
+
+    target = tmp_path / "out" / "rows.parquet"
+    code, out = cli("read", str(DV_TABLE), "--version", "5", "-o", str(target))
+    assert code == 0 and json.loads(out) == {
+        "output": str(target),
+        "rows": pq.read_metadata(target).num_rows,
+    }
+    assert pq.read_table(target).equals(ds.read_rows(str(DV_TABLE), version=5).read_all())
+
+
+def test_changes_to_json_lines() -> None:
+    code, out = cli("changes", str(CDF_TABLE), "--from", "1", "--to", "2", "-o", "-")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and rows
+    assert {r["_commit_version"] for r in rows} <= {1, 2}
+    assert {r["_change_type"] for r in rows} >= {"update_preimage", "update_postimage"}
+    assert all(r["_commit_timestamp"].endswith("+00:00") for r in rows)
+
+
+def test_changes_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = cli("changes", str(CDF_TABLE), "--from", "99", "-o", "-")
+    assert code == 2 and "start version 99 is after the latest version 3" in capsys.readouterr().err
+    code, _ = cli("changes", str(CDF_TABLE), "-o", str(tmp_path / "out.csv"))
+    assert code == 2 and "must be a .parquet file or -" in capsys.readouterr().err
+    code, out = cli("changes", str(CDF_TABLE), "--from", "99", "--allow-empty-range", "-o", "-")
+    assert code == 0 and out == ""
+
+
+def test_failed_read_leaves_no_output_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    table = tmp_path / "t"
+    shutil.copytree(CDF_TABLE, table)
+    victim = sorted(table.glob("birthday=*/*.parquet"))[-1]
+    victim.unlink()
+    target = tmp_path / "rows.parquet"
+    code, _ = cli("read", str(table), "-o", str(target))
+    err = capsys.readouterr().err
+    assert code == 2 and "file not found" in err and victim.name in err
+    assert not target.exists() and not list(tmp_path.glob(".deltastream-*"))

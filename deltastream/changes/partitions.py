@@ -21,8 +21,9 @@ protocol); this module owns their decoding:
   log does not record, so UTC is the only choice that is stable across readers (Delta
   Kernel Java and delta-rs do the same). Tables written by Spark in another zone therefore
   read shifted: the golden table ``data-reader-partition-values`` holds
-  ``2021-09-08 11:11:11``, which its Spark writer (running in US Pacific time, PDT = UTC-7)
-  reads back as ``2021-09-08T18:11:11Z``; deltastream gives ``2021-09-08T11:11:11Z``;
+  ``2021-09-08 11:11:11``, which the Spark that made its expected rows read in US Pacific
+  time (PDT, UTC-7) as ``2021-09-08T18:11:11Z``; deltastream gives ``2021-09-08T11:11:11Z``
+  (the kernel-timestamp-* golden tables' expected rows, in contrast, match UTC);
 * ``timestamp_ntz`` ``{date} {hh}:{mm}:{ss}[.ffffff]``, a wall-clock time without zone.
 
 Fractions beyond microseconds are truncated. Dates and timestamps outside Python's

@@ -32,10 +32,12 @@ This module owns three things:
   partition values (exact) and its JSON statistics (conservative).
 
 File skipping evaluates the predicate over sets of possible outcomes: for every file and
-sub-predicate it computes whether some row *may* make it TRUE, FALSE or NULL, and combines
-them with Kleene logic (``NOT`` swaps TRUE and FALSE, ``AND``/``OR`` combine every pair of
-possible outcomes). A file is skipped only when no row can make the whole predicate TRUE,
-so ``NOT``, ``OR`` and ``<>`` stay correct when the statistics say little. What the
+sub-predicate it computes whether some row *may* make it TRUE and whether some row may
+make it FALSE (both flags off means every row makes it NULL, e.g. ``x = 1`` over an
+all-NULL column, so that ``NOT (x = 1)`` is not TRUE either). ``NOT`` swaps the flags,
+``AND``/``OR`` combine them as Kleene logic does; NULL needs no flag of its own, as it never
+turns into TRUE or FALSE. A file is skipped only when no row can make the whole predicate
+TRUE, so ``NOT``, ``OR`` and ``<>`` stay correct when the statistics say little. What the
 statistics are trusted to say, per "Per-file Statistics" of the protocol:
 
 * missing or unparseable statistics (or a column without them) prove nothing;
@@ -121,17 +123,21 @@ class Literal:
         return pa.scalar(self.value, to_arrow_type(self.type))
 
     def __str__(self) -> str:
+        """The literal as the predicate language writes it."""
         v = self.value
         if isinstance(v, bool):
             return "TRUE" if v else "FALSE"
+        if isinstance(v, float) and not math.isfinite(v):
+            return "'NaN'" if math.isnan(v) else ("'Infinity'" if v > 0 else "'-Infinity'")
         if isinstance(v, int | float | decimal.Decimal) and not _is_temporal(self.type):
             return str(v)
         if isinstance(v, bytes):
             v = v.decode("utf-8", "replace")
         elif isinstance(v, dt.datetime):
             v = v.isoformat(sep=" ")
-        elif isinstance(v, int) and _is_temporal(self.type):
-            v = str(self.scalar())
+        elif isinstance(v, int):  # a date or timestamp beyond Python's datetime
+            text = pc.cast(pa.array([v], to_arrow_type(self.type)), pa.string())[0].as_py()
+            v = str(text).replace("T", " ")
         return "'" + str(v).replace("'", "''") + "'"
 
 
@@ -613,10 +619,12 @@ def _convert_literal(tokens: list[_Token], dtype: DataType) -> Any:
         if text is None:
             raise ValueError("expected an integer")
         number = decimal.Decimal(text)
+        low, high = _INT_RANGES[name]
+        if number.adjusted() > 20:
+            raise ValueError(f"out of range [{low}, {high}]")
         if number != number.to_integral_value():
             raise ValueError("not an integer")
         integer = int(number)
-        low, high = _INT_RANGES[name]
         if not low <= integer <= high:
             raise ValueError(f"out of range [{low}, {high}]")
         return integer
@@ -730,30 +738,23 @@ def to_arrow_expression(pred: Predicate) -> pc.Expression:
 
 @dataclass(frozen=True, slots=True)
 class _Outcomes:
-    """Per file: whether some row may make the (sub-)predicate TRUE, FALSE or NULL."""
+    """Per file: whether some row may make the (sub-)predicate TRUE, and whether some row
+    may make it FALSE. (Whether it may be NULL need not be tracked: under NOT, AND and OR
+    a NULL never becomes TRUE or FALSE, so it cannot change either flag of a parent.)"""
 
     true: Bools
     false: Bools
-    null: Bools
 
     def negate(self) -> _Outcomes:
-        return _Outcomes(self.false, self.true, self.null)
+        return _Outcomes(self.false, self.true)
 
 
 def _and(a: _Outcomes, b: _Outcomes) -> _Outcomes:
-    return _Outcomes(
-        a.true & b.true,
-        a.false | b.false,
-        (a.null & (b.true | b.null)) | (b.null & (a.true | a.null)),
-    )
+    return _Outcomes(a.true & b.true, a.false | b.false)
 
 
 def _or(a: _Outcomes, b: _Outcomes) -> _Outcomes:
-    return _Outcomes(
-        a.true | b.true,
-        a.false & b.false,
-        (a.null & (b.false | b.null)) | (b.null & (a.false | a.null)),
-    )
+    return _Outcomes(a.true | b.true, a.false & b.false)
 
 
 def _np(values: Any, unknown: bool) -> Bools:
@@ -848,7 +849,7 @@ class _StatsReader:
         first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
         document = lines.buffers()[2].slice(first, last - first)
         table = pajson.read_json(
-            pa.BufferReader(document),
+            cast(Any, pa.BufferReader(document)),
             parse_options=pajson.ParseOptions(
                 explicit_schema=self._schema(), unexpected_field_behavior="ignore"
             ),
@@ -1093,7 +1094,7 @@ class _Evaluator:
 
     def everything(self) -> _Outcomes:
         ones = np.ones(self.n, dtype=np.bool_)
-        return _Outcomes(ones, ones, ones)
+        return _Outcomes(ones, ones)
 
     def evaluate(self, pred: Predicate) -> _Outcomes:
         if isinstance(pred, Not):
@@ -1117,11 +1118,7 @@ class _Evaluator:
             .column("r")
             .combine_chunks()
         )
-        return _Outcomes(
-            _np(result, False),
-            _np(pc.invert(result), False),
-            np.asarray(result.is_null().to_numpy(zero_copy_only=False), dtype=np.bool_),
-        )
+        return _Outcomes(_np(result, False), _np(pc.invert(result), False))
 
     def column_stats(self, name: str) -> _ColumnStats | None:
         if self.stats is None:
@@ -1137,10 +1134,9 @@ class _Evaluator:
         stats = self.column_stats(pred.column)
         if stats is None:
             return self.everything()
-        maybe_null = ~stats.no_nulls
         maybe_value = ~stats.all_null
         if isinstance(pred, IsNull):
-            outcomes = _Outcomes(maybe_null, maybe_value, np.zeros(self.n, dtype=np.bool_))
+            outcomes = _Outcomes(~stats.no_nulls, maybe_value)
             return outcomes.negate() if pred.negated else outcomes
         if isinstance(pred, InList):
             literals = _without_nan(pred.literals)
@@ -1150,7 +1146,7 @@ class _Evaluator:
                 may_equal |= self.may_be(stats, "=", lit)
                 all_in |= self.all_equal(stats, lit)
             may_differ = ~all_in | _is_float(stats.dtype)
-            outcomes = _Outcomes(maybe_value & may_equal, maybe_value & may_differ, maybe_null)
+            outcomes = _Outcomes(maybe_value & may_equal, maybe_value & may_differ)
             return outcomes.negate() if pred.negated else outcomes
         lit = pred.literal
         nan_possible = _is_float(stats.dtype)  # NaN: every comparison but != is FALSE
@@ -1164,7 +1160,7 @@ class _Evaluator:
         else:
             true = self.may_be(stats, op, lit)
             false = self.may_be(stats, _NEGATED[op], lit) | nan_possible
-        return _Outcomes(maybe_value & true, maybe_value & false, maybe_null)
+        return _Outcomes(maybe_value & true, maybe_value & false)
 
     def may_be(self, stats: _ColumnStats, op: str, lit: Literal) -> Bools:
         """Whether some non-null value ``v`` of each file may satisfy ``v op lit``."""

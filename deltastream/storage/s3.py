@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import random
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from urllib.parse import unquote
 import aiohttp
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import botocore.exceptions
 import pyarrow as pa
 from aiobotocore.config import AioConfig
@@ -103,13 +105,15 @@ _READ_AHEAD = 4 << 20
 class _RangedObject(io.RawIOBase):
     """A read-only, seekable file over one S3 object, fetched by ranged GETs.
 
-    Used by pyarrow's (synchronous) parquet reader from an anyio worker thread: every read
-    hands the GET back to the event loop with :func:`anyio.from_thread.run`.
+    Used by pyarrow's (synchronous) parquet reader from worker threads, its own included:
+    every read hands the GET back to the event loop the file was opened on.
     """
 
     def __init__(self, store: S3Store, key: str, size: int) -> None:
         super().__init__()
         self._store, self._key, self._size = store, key, size
+        self._loop = anyio.lowlevel.current_token()
+        self._lock = threading.Lock()
         self._pos = 0
         self._buffer = b""
         self._buffer_start = 0
@@ -132,13 +136,19 @@ class _RangedObject(io.RawIOBase):
         return self._size
 
     def read(self, n: int = -1) -> bytes:
+        with self._lock:
+            return self._read(n)
+
+    def _read(self, n: int) -> bytes:
         end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
         if end <= self._pos:
             return b""
         buffered_end = self._buffer_start + len(self._buffer)
         if not (self._buffer_start <= self._pos and end <= buffered_end):
             fetch_end = min(self._size, max(end, self._pos + _READ_AHEAD))
-            self._buffer = anyio.from_thread.run(self._store.get, self._key, (self._pos, fetch_end))
+            self._buffer = anyio.from_thread.run(
+                self._store.get, self._key, (self._pos, fetch_end), token=self._loop
+            )
             self._buffer_start = self._pos
         start = self._pos - self._buffer_start
         data = self._buffer[start : start + (end - self._pos)]

@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import json
 import random
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -172,9 +173,13 @@ def test_rendering_parses_back() -> None:
         "a = 1 OR NOT (s = 'it''s' AND `my col` IN (1, 2))",
         "`we``ird` NOT IN ('a') AND a IS NOT NULL",
         "d >= '2023-12-25' AND ts < '2023-12-25 10:00:00' AND b = TRUE AND dec > -1.5",
+        "f IN ('Infinity', '-Infinity', 1.5) OR f4 = 0.1 OR bin = 'x''y'",
+        "d = '+10000-01-01' OR ts > '+10000-01-01 00:00:00.5' OR tsn < '0001-01-01'",
     ]:
         pred = parse_predicate(text, SCHEMA)
         assert parse_predicate(str(pred), SCHEMA) == pred
+    nan = parse_predicate("f = 'NaN'", SCHEMA)  # NaN is not equal to itself: compare text
+    assert str(parse_predicate(str(nan), SCHEMA)) == str(nan) == "f = 'NaN'"
 
 
 AMBIGUOUS = StructType((StructField("Ab", LONG), StructField("aB", LONG)))
@@ -593,6 +598,66 @@ def test_broken_stats_do_not_change_the_other_files() -> None:
         assert keep(text, broken)[-1] is True
 
 
+def test_well_formed_stats_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Statistics as writers produce them (also pretty-printed over several lines) are
+    # decoded by Arrow's JSON reader in one go, without the per-file fallback.
+    from deltastream.changes import predicates
+
+    expected = {text: keep(text, INT_FILES) for text in ("a = 5", "NOT a > 4", "a IS NULL")}
+    pretty = files_table(
+        [json.dumps(json.loads(s), indent=2) for s in INT_FILES.column("stats").to_pylist()]
+    )
+    assert "\n" in pretty.column("stats")[0].as_py()
+
+    def no_fallback(self: Any, column: Any) -> Any:
+        raise AssertionError("the per-file decoder was used")
+
+    monkeypatch.setattr(predicates._StatsReader, "_read_python", no_fallback)
+    for text, flags in expected.items():
+        assert keep(text, INT_FILES) == flags
+        assert keep(text, pretty) == flags
+        assert keep(text, pretty.slice(1, 3)) == flags[1:4]
+
+
+def test_deletion_vector_table_with_wide_bounds() -> None:
+    root = CORPORA / "delta-rs/crates/test/tests/data/table-with-dv-small"
+    snap = deltastream.read_snapshot(str(root))
+    schema = table_schema(snap.metadata)
+    (stats,) = snap.files.column("stats").to_pylist()
+    assert json.loads(stats)["tightBounds"] is False
+    assert snap.files.column("deletionVector")[0].as_py() is not None
+
+    def k(text: str) -> bool:
+        pred = parse_predicate(text, schema)
+        (flag,) = may_match(pred, snap.files, schema, (), ColumnMappingMode.NONE).to_pylist()
+        return bool(flag)
+
+    assert k("value = 0") and k("value = 9") and k("value <> 5")
+    assert not k("value > 9") and not k("value < 0") and not k("value IS NULL")
+
+
+def test_a_large_files_table(capsys: pytest.CaptureFixture[str]) -> None:
+    n = 300_000
+    schema = StructType((StructField("id", LONG), StructField("p", P("integer"))))
+    template = '{"numRecords":100,"minValues":{"id":%d},"maxValues":{"id":%d},"nullCount":{"id":0}}'
+    files = pa.table(
+        {
+            "path": pa.array([f"f{k}" for k in range(n)]),
+            "partitionValues": pa.array(
+                [[("p", str(k % 10))] for k in range(n)], pa.map_(pa.string(), pa.string())
+            ),
+            "stats": pa.array([template % (k * 100, k * 100 + 99) for k in range(n)]),
+        }
+    )
+    pred = parse_predicate("id >= 500 AND id < 1000 OR p = 6 AND id = 12345678", schema)
+    start = time.perf_counter()
+    kept = may_match(pred, files, schema, ("p",), ColumnMappingMode.NONE)
+    elapsed = time.perf_counter() - start
+    with capsys.disabled():
+        print(f"\nmay_match: {n:,} files in {elapsed:.3f}s")
+    assert [i for i, flag in enumerate(kept.to_pylist()) if flag] == [5, 6, 7, 8, 9, 123456]
+
+
 def test_empty_files_are_skipped() -> None:
     files = files_table([st(0, {}, {}, {"a": 0}), {"numRecords": 0}, {"numRecords": 1}])
     assert keep("a IS NULL", files) == [False, False, True]
@@ -741,6 +806,13 @@ def test_float_stats_compare_as_four_byte_floats() -> None:
     assert keep("f4 >= 0.1", files) == [True]
     assert keep("f4 > 0.1", files) == [False]
     assert keep("f4 < 0.1", files) == [False]
+    # A literal built directly (not parsed) is rounded the same way for skipping as for
+    # filtering rows.
+    schema = StructType((StructField("f4", P("float")),))
+    pred = Comparison("f4", "=", Literal(0.1, P("float")))
+    row = pa.table({"f4": pa.array([0.1], pa.float32())})
+    assert row.filter(to_arrow_expression(pred)).num_rows == 1
+    assert may_match(pred, files, schema, (), ColumnMappingMode.NONE).to_pylist() == [True]
 
 
 def test_decimal_booleans_and_other_types() -> None:
@@ -748,12 +820,14 @@ def test_decimal_booleans_and_other_types() -> None:
         [
             st(3, {"dec": 1.25, "b": False}, {"dec": 3, "b": False}, {"dec": 0, "b": 0}),
             # More digits than the scale: bounds are rounded outwards (slow path).
-            st(3, {"dec": 1.2345}, {"dec": 1.2355}, {"dec": 0}),
+            st(3, {"dec": 1.2371}, {"dec": 1.2421}, {"dec": 0}),
             st(3, {"bin": "abc", "y": 1, "sh": 1}, {"bin": "abd", "y": 1, "sh": 2}, {"bin": 0}),
         ]
     )
-    # File 1 reads as [1.23, 1.24].
-    assert keep("dec = 1.25", files) == [True, False, True]
+    # File 1 reads as [1.23, 1.25]: the minimum rounded down, the maximum up.
+    assert keep("dec = 1.25", files) == [True, True, True]
+    assert keep("dec = 1.26", files) == [True, False, True]
+    assert keep("dec = 1.22", files) == [False, False, True]
     assert keep("dec = 1.24", files) == [False, True, True]
     assert keep("dec = 1.23", files) == [False, True, True]
     assert keep("dec > 3", files) == [False, False, True]
@@ -949,10 +1023,10 @@ def _predicates(root: Path, snap: deltastream.Snapshot, seed: int = 1) -> list[P
             leaves.append(InList(field.name, literals))
             leaves.append(InList(field.name, literals, negated=True))
     rng = random.Random(seed)
-    if len(leaves) > 800:
-        leaves = rng.sample(leaves, 800)
+    if len(leaves) > 600:
+        leaves = rng.sample(leaves, 600)
     trees: list[Predicate] = []
-    for _ in range(min(len(leaves), 200)):
+    for _ in range(min(len(leaves), 150)):
         a, b = rng.choice(leaves), rng.choice(leaves)
         trees += [Not(a), And(a, b), Or(a, b), Not(Or(a, b)), Not(And(a, Not(b)))]
     return leaves + trees
@@ -1107,7 +1181,7 @@ def test_column_mapped_partitioned_table(tmp_path: Path) -> None:
     mode = column_mapping_mode(snap.protocol, snap.metadata)
     keys = {k for m in snap.files.column("partitionValues").to_pylist() for k, _ in m}
     assert keys and "Region Name" not in keys  # the log uses the physical name
-    skipped, checked = _check_sound(tmp_path, _predicates(tmp_path, snap, seed=4), snap)
+    skipped, _ = _check_sound(tmp_path, _predicates(tmp_path, snap, seed=4), snap)
     assert skipped > 0
     pred = parse_predicate("`Region Name` = 'r1' AND value > 8", schema)
     kept = may_match(pred, snap.files, schema, snap.partition_columns, mode)

@@ -1,0 +1,885 @@
+#!/usr/bin/env python
+"""Benchmark: stream the change data feed of a Delta table, deltastream against delta-rs.
+
+A standalone script (not a pytest test)::
+
+    python tests/benchmarks/bench_changes.py [--versions V] [--rows-per-append N]
+        [--rows-per-update U] [--rows-per-delete D] [--update-fraction F]
+        [--delete-fraction F] [--partitioned] [--prefix-end E] [--repeat R] [--warmup W]
+        [--dir DIR] [--json] [--profile] [--strict]
+
+1. Builds (untimed) a table with ``deltalake.write_deltalake`` and
+   ``{"delta.enableChangeDataFeed": "true"}``: V versions (0..V-1) of a seeded, shuffled mix
+   of appends (most; about N rows each), updates (``DeltaTable.update``: ``amount`` and
+   ``ts`` of an ``id`` range of U rows) and deletes (``DeltaTable.delete`` of an ``id``
+   range of D rows); delta-rs writes ``cdc`` files (``_change_data/``) for the updates and
+   deletes. Columns: ``id`` int64 (ascending per append), ``ts`` timestamp, ``category``
+   string (8 values), ``amount`` double, ``payload`` string (20-40 bytes, 30 on average);
+   ``--partitioned`` partitions by ``category``. The exact number of change rows per
+   version and change type is taken from the writer (rows appended, its ``num_updated_rows``
+   twice (pre- and post-image), ``num_deleted_rows``). The defaults give more than 5
+   million change rows. With ``--dir`` the table is kept there and reused by later runs
+   with the same parameters.
+2. Measures, each run in a fresh subprocess (imports are done before the timer starts; the
+   OS page cache is warm), the wall time of opening the table and reading every change row
+   of versions 0..latest, batch by batch, counting rows and batches, never holding more
+   than the current batch:
+
+   * deltastream: ``deltastream.read_changes(path, start_version=0)``, a
+     ``pyarrow.RecordBatchReader`` (the streaming path);
+   * delta-rs:    ``pyarrow.RecordBatchReader.from_stream(
+     deltalake.DeltaTable(path).load_cdf(starting_version=0))``.
+
+   and the same over the prefix range 0..E (``end_version=E`` / ``ending_version=E``,
+   default E = 49), to see whether peak memory grows with the number of versions. Each
+   configuration runs R times (median reported), alternating the order, after W untimed
+   warm-up runs each. Every subprocess reports its peak RSS (``VmHWM``), CPU time, page
+   faults, the Arrow memory pool's peak, time and RSS at the first batch.
+3. Checks, from one extra (untimed) run per configuration, that both readers give the same
+   change rows: the same count, the same count per (version, change type) as the writer,
+   and the same multiset of ``(id, _change_type, _commit_version)`` (an order-independent
+   128-bit sum of per-row hashes, so memory stays bounded). Exit status 2 if not.
+4. Prints rows/s for both readers and PASS/FAIL lines for the targets "deltastream
+   throughput >= 1.0x delta-rs" and "deltastream peak RSS over the full range <= 1.25x its
+   peak RSS over the prefix range + 64 MiB" (peak memory independent of the number of
+   versions). ``--strict``: exit status 1 when a target is missed; ``--json``: the report as
+   JSON on stdout; ``--profile``: also run deltastream once under cProfile (worker-thread
+   work done inline, the profiler enabled in the event-loop thread) and print the top
+   functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: Bump when the generated table changes, so that cached tables are rebuilt.
+GENERATOR_VERSION = 1
+MARKER = "_bench_shape.json"  # outside _delta_log: neither reader looks at it
+SEED = 20240612
+BASE_TS_US = 1_700_000_000_000_000
+CATEGORIES = (
+    "books",
+    "electronics",
+    "garden",
+    "grocery",
+    "health",
+    "music",
+    "sports",
+    "toys",
+)
+CHANGE_TYPES = ("insert", "delete", "update_preimage", "update_postimage")
+MIN_CHANGE_ROWS = 5_000_000
+THROUGHPUT_TARGET = 1.0  # deltastream rows/s >= 1.0x delta-rs rows/s
+MEMORY_FACTOR = 1.25  # full-range peak RSS <= 1.25 x prefix-range peak RSS + slack
+MEMORY_SLACK_MIB = 64
+
+READERS = ("deltastream", "delta-rs")
+#: (name, reader, range) of the measured configurations.
+CONFIGS = (
+    ("deltastream", "deltastream", "full"),
+    ("delta-rs", "delta-rs", "full"),
+    ("deltastream-prefix", "deltastream", "prefix"),
+    ("delta-rs-prefix", "delta-rs", "prefix"),
+)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# Building the table (not timed)
+# --------------------------------------------------------------------------------------
+
+
+def table_params(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "generator": GENERATOR_VERSION,
+        "seed": SEED,
+        "versions": args.versions,
+        "rows_per_append": args.rows_per_append,
+        "rows_per_update": args.rows_per_update,
+        "rows_per_delete": args.rows_per_delete,
+        "update_fraction": args.update_fraction,
+        "delete_fraction": args.delete_fraction,
+        "partitioned": args.partitioned,
+    }
+
+
+def _operations(params: dict[str, Any], rng: Any) -> list[str]:
+    """The operation of each version: version 0 creates the table with an append; the
+    rest is a shuffled mix with fixed numbers of updates and deletes."""
+    n = params["versions"]
+    updates = round((n - 1) * params["update_fraction"])
+    deletes = round((n - 1) * params["delete_fraction"])
+    if updates + deletes > n - 1:
+        sys.exit("error: --update-fraction + --delete-fraction must be <= 1")
+    rest = ["update"] * updates + ["delete"] * deletes + ["append"] * (n - 1 - updates - deletes)
+    order = rng.permutation(len(rest))
+    return ["append", *(rest[i] for i in order)]
+
+
+def _rows(rng: Any, first_id: int, n: int, version: int) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    ts = BASE_TS_US + version * 60_000_000 + np.sort(rng.integers(0, 60_000_000, n))
+    lengths = rng.integers(20, 41, n)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    chars = rng.integers(ord("a"), ord("z") + 1, int(offsets[-1]), dtype=np.uint8)
+    payload = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(chars))
+    category = pa.array(CATEGORIES).take(pa.array(rng.integers(0, len(CATEGORIES), n)))
+    return pa.table(
+        {
+            "id": pa.array(np.arange(first_id, first_id + n, dtype=np.int64)),
+            "ts": pa.array(ts, type=pa.timestamp("us", tz="UTC")),
+            "category": category,
+            "amount": pa.array(np.round(rng.uniform(0.0, 1000.0, n), 2)),
+            "payload": payload,
+        }
+    )
+
+
+def build_table(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+    from deltalake import DeltaTable, write_deltalake
+
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    uri = str(root)
+    rng = np.random.default_rng(SEED)
+    ops = _operations(params, rng)
+    partition_by = ["category"] if params["partitioned"] else None
+    next_id = 0
+    per_version: list[dict[str, int]] = []
+    n = params["rows_per_append"]
+    t0 = time.perf_counter()
+    for v, op in enumerate(ops):
+        if op == "append":
+            rows = int(rng.integers(n * 3 // 4, n * 5 // 4 + 1))
+            write_deltalake(
+                uri,
+                _rows(rng, next_id, rows, v),
+                mode="append",
+                partition_by=partition_by,
+                configuration={"delta.enableChangeDataFeed": "true"} if v == 0 else None,
+            )
+            next_id += rows
+            counts = {"insert": rows}
+        else:
+            size = params[f"rows_per_{op}"]
+            for _attempt in range(20):  # a range that was deleted already changes nothing
+                lo = int(rng.integers(0, max(1, next_id - size)))
+                predicate = f"id >= {lo} AND id < {lo + size}"
+                dt = DeltaTable(uri)
+                if op == "update":
+                    metrics = dt.update(
+                        predicate=predicate,
+                        updates={
+                            "amount": "amount * 1.1",
+                            "ts": f"ts + INTERVAL '{v} minutes'",
+                        },
+                    )
+                    changed = metrics["num_updated_rows"]
+                    counts = {"update_preimage": changed, "update_postimage": changed}
+                else:
+                    metrics = dt.delete(predicate)
+                    changed = metrics["num_deleted_rows"]
+                    counts = {"delete": changed}
+                if changed:
+                    break
+            else:
+                sys.exit(f"error: could not find rows to {op} for version {v}")
+        version = DeltaTable(uri).version()
+        if version != v:
+            sys.exit(f"error: the {op} of version {v} produced version {version}")
+        per_version.append(counts)
+        if v % 20 == 0 or v == len(ops) - 1:
+            log(f"  version {v}/{len(ops) - 1} ({time.perf_counter() - t0:.0f} s)")
+    totals = {t: sum(c.get(t, 0) for c in per_version) for t in CHANGE_TYPES}
+    shape = {
+        **params,
+        "latest_version": len(ops) - 1,
+        "operations": {o: ops.count(o) for o in ("append", "update", "delete")},
+        "change_rows": sum(totals.values()),
+        "change_rows_by_type": totals,
+        "per_version": per_version,
+        **disk_usage(root),
+    }
+    (root / MARKER).write_text(json.dumps(shape) + "\n")  # last: marks completion
+    return shape
+
+
+def disk_usage(root: Path) -> dict[str, int]:
+    out = {"data_files": 0, "data_bytes": 0, "cdc_files": 0, "cdc_bytes": 0, "log_files": 0}
+    for dirpath, _, names in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        for name in names:
+            size = os.path.getsize(os.path.join(dirpath, name))
+            if rel.startswith("_delta_log"):
+                out["log_files"] += 1
+            elif rel.startswith("_change_data") and name.endswith(".parquet"):
+                out["cdc_files"] += 1
+                out["cdc_bytes"] += size
+            elif name.endswith(".parquet"):
+                out["data_files"] += 1
+                out["data_bytes"] += size
+    return out
+
+
+def cached_shape(root: Path, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The recorded shape of the table at ``root`` if it was built with these parameters
+    and is complete; None if it must be (re)built. Refuses to touch a non-empty directory
+    that this script did not build."""
+    if not root.exists():
+        return None
+    marker = root / MARKER
+    if not marker.exists():
+        if any(root.iterdir()):
+            sys.exit(f"error: {root} exists, is not empty and was not built by this script")
+        return None
+    try:
+        shape = json.loads(marker.read_text())
+    except ValueError:
+        return None
+    log_dir = root / "_delta_log"
+    latest = params["versions"] - 1
+    ok = (
+        all(shape.get(k) == v for k, v in params.items())
+        and (log_dir / f"{latest:020d}.json").exists()
+        and not (log_dir / f"{latest + 1:020d}.json").exists()
+    )
+    return shape if ok else None
+
+
+def expected_counts(shape: dict[str, Any], end: int) -> dict[str, int]:
+    """The writer's change-row counts per ``"version/type"`` for versions 0..end."""
+    return {
+        f"{v}/{t}": c
+        for v, counts in enumerate(shape["per_version"][: end + 1])
+        for t, c in counts.items()
+        if c
+    }
+
+
+# --------------------------------------------------------------------------------------
+# The measured subprocess
+# --------------------------------------------------------------------------------------
+
+
+def proc_status() -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of this process, in KiB. ``ru_maxrss`` is not used: on
+    Linux it inherits the parent's high-water mark across fork/exec."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    out[line.split(":")[0]] = int(line.split()[1])
+    except OSError:
+        import resource
+
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = {"VmRSS": maxrss, "VmHWM": maxrss}
+    return out
+
+
+class Fingerprint:
+    """An order-independent digest of the multiset of ``(id, _change_type,
+    _commit_version)``: two 64-bit sums (mod 2**64) of per-row hashes, plus the count per
+    (version, change type). Memory: one batch plus one counter per (version, type)."""
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self.np = np
+        self.sums = [0, 0]
+        self.counts: dict[str, int] = {}
+        self.unknown_types = 0
+
+    def _mix(self, x: Any) -> Any:
+        """splitmix64's finaliser, elementwise (uint64 array arithmetic wraps)."""
+        np = self.np
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+    def update(self, batch: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        np = self.np
+        ids = batch.column("id").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        types = batch.column("_change_type").cast(pa.string())
+        code = pc.index_in(types, value_set=pa.array(CHANGE_TYPES, pa.string()))
+        self.unknown_types += code.null_count
+        codes = code.fill_null(len(CHANGE_TYPES)).to_numpy(zero_copy_only=False)
+        versions = batch.column("_commit_version").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        ids_u = ids.astype(np.uint64)
+        key = (versions.astype(np.uint64) << np.uint64(3)) | codes.astype(np.uint64)
+        for i, (a, b) in enumerate(((0x9E3779B97F4A7C15, 1), (0xD6E8FEB86659FD93, 7))):
+            h = self._mix(ids_u * np.uint64(a) + np.uint64(b))
+            h = self._mix(h ^ (key * np.uint64(0xC2B2AE3D27D4EB4F)))
+            self.sums[i] = (self.sums[i] + int(h.sum(dtype=np.uint64))) % (1 << 64)
+        keys, counts = np.unique(versions * 8 + codes, return_counts=True)
+        for k, c in zip(keys.tolist(), counts.tolist(), strict=True):
+            t = CHANGE_TYPES[k % 8] if k % 8 < len(CHANGE_TYPES) else "?"
+            name = f"{k // 8}/{t}"
+            self.counts[name] = self.counts.get(name, 0) + c
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "digest": f"{self.sums[0]:016x}{self.sums[1]:016x}",
+            "counts": self.counts,
+            "unknown_change_types": self.unknown_types,
+        }
+
+
+def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: str | None) -> None:
+    """Runs in a fresh interpreter: import, time one full read of the change feed, report
+    one JSON line."""
+    import resource
+
+    import numpy  # noqa: F401  (the fingerprint's; imported before the timer)
+    import pyarrow as pa
+    import pyarrow.compute
+
+    profiler: Any = None
+    if reader == "deltastream":
+        # pre-import what the reader imports lazily (anyio's backend, ...), so that imports
+        # stay out of the timer; the report lists any module imported while timing
+        import anyio._backends._asyncio
+        import anyio.from_thread
+        import anyio.to_thread
+        import pyarrow.parquet
+        import pyroaring  # noqa: F401
+
+        import deltastream
+
+        if profile_out:
+            import cProfile
+
+            profiler = cProfile.Profile()
+
+            # cProfile sees only the thread that enabled it. read_changes runs its event
+            # loop in a portal thread and hands parquet decoding to worker threads: do that
+            # work inline, and enable the profiler in the portal thread.
+            async def run_inline(func: Any, *args: Any, **_: Any) -> Any:
+                return func(*args)
+
+            anyio.to_thread.run_sync = run_inline
+            start_portal = anyio.from_thread.start_blocking_portal
+
+            @contextlib.contextmanager
+            def profiled_portal(*a: Any, **k: Any) -> Any:
+                with start_portal(*a, **k) as portal:
+                    portal.call(profiler.enable)
+                    try:
+                        yield portal
+                    finally:
+                        portal.call(profiler.disable)
+
+            anyio.from_thread.start_blocking_portal = profiled_portal
+
+        def open_reader() -> pa.RecordBatchReader:
+            return deltastream.read_changes(table, start_version=0, end_version=end)
+
+        version = deltastream.__version__
+    elif reader == "delta-rs":
+        import arro3.core  # noqa: F401
+        import deltalake
+
+        def open_reader() -> pa.RecordBatchReader:
+            dt = deltalake.DeltaTable(table)
+            return pa.RecordBatchReader.from_stream(
+                dt.load_cdf(starting_version=0, ending_version=end)
+            )
+
+        version = deltalake.__version__
+    else:
+        raise SystemExit(f"unknown reader {reader!r}")
+
+    fingerprint = Fingerprint() if verify else None
+    after_import = proc_status()
+    modules_before = set(sys.modules)
+    pool = pa.default_memory_pool()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    reader_obj = open_reader()
+    rows = batches = 0
+    min_batch, max_batch = None, 0
+    first_batch_s = None
+    first_status: dict[str, int] = {}
+    for batch in reader_obj:
+        n = batch.num_rows
+        if first_batch_s is None:
+            first_batch_s = time.perf_counter() - t0
+            first_status = proc_status()
+        rows += n
+        batches += 1
+        max_batch = max(max_batch, n)
+        min_batch = n if min_batch is None else min(min_batch, n)
+        if fingerprint is not None:
+            fingerprint.update(batch)
+    elapsed = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    status = proc_status()
+    reader_obj.close()
+    if profiler is not None:
+        profiler.dump_stats(profile_out)
+    imported_in_timer = sorted(set(sys.modules) - modules_before)
+    result: dict[str, Any] = {
+        "reader": reader,
+        "reader_version": version,
+        "end_version": end,
+        "seconds": elapsed,
+        "first_batch_s": first_batch_s,
+        "user_s": ru1.ru_utime - ru0.ru_utime,
+        "sys_s": ru1.ru_stime - ru0.ru_stime,
+        "minor_faults": ru1.ru_minflt - ru0.ru_minflt,
+        "peak_rss_kib": status["VmHWM"],
+        "rss_after_import_kib": after_import["VmRSS"],
+        "rss_first_batch_kib": first_status.get("VmRSS"),
+        "peak_rss_first_batch_kib": first_status.get("VmHWM"),
+        "arrow_pool_peak_bytes": pool.max_memory(),
+        "arrow_pool_backend": pool.backend_name,
+        "rows": rows,
+        "batches": batches,
+        "min_batch_rows": min_batch,
+        "max_batch_rows": max_batch,
+        "schema": [f"{f.name}: {f.type}" for f in reader_obj.schema],
+        "modules_imported_in_timer": imported_in_timer,
+    }
+    if fingerprint is not None:
+        result["fingerprint"] = fingerprint.result()
+    print(json.dumps(result))
+
+
+def run_worker(
+    reader: str,
+    table: Path,
+    end: int | None,
+    *,
+    verify: bool = False,
+    profile_out: Path | None = None,
+) -> dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", reader, "--table", str(table)]
+    if end is not None:
+        cmd += ["--end-version", str(end)]
+    if verify:
+        cmd.append("--verify")
+    if profile_out is not None:
+        cmd += ["--profile-out", str(profile_out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        sys.exit(
+            f"error: the {reader} subprocess failed (exit {proc.returncode}): {shlex.join(cmd)}"
+        )
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# The parent
+# --------------------------------------------------------------------------------------
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    secs = [r["seconds"] for r in runs]
+    rss = [r["peak_rss_kib"] for r in runs]
+    rows = sorted({r["rows"] for r in runs})
+    median_s = statistics.median(secs)
+    return {
+        "median_s": median_s,
+        "min_s": min(secs),
+        "max_s": max(secs),
+        "runs_s": secs,
+        "rows": rows,
+        "rows_per_s": rows[-1] / median_s if median_s else 0.0,
+        "batches": sorted({r["batches"] for r in runs}),
+        "min_batch_rows": min(r["min_batch_rows"] or 0 for r in runs),
+        "max_batch_rows": max(r["max_batch_rows"] for r in runs),
+        "first_batch_s_median": statistics.median(r["first_batch_s"] or 0.0 for r in runs),
+        "user_s_median": statistics.median(r["user_s"] for r in runs),
+        "sys_s_median": statistics.median(r["sys_s"] for r in runs),
+        "minor_faults_median": statistics.median(r["minor_faults"] for r in runs),
+        "peak_rss_median_kib": statistics.median(rss),
+        "peak_rss_min_kib": min(rss),
+        "peak_rss_max_kib": max(rss),
+        "rss_after_import_kib": statistics.median(r["rss_after_import_kib"] for r in runs),
+        "peak_rss_first_batch_kib": statistics.median(
+            r["peak_rss_first_batch_kib"] or 0 for r in runs
+        ),
+        "arrow_pool_peak_bytes": max(r["arrow_pool_peak_bytes"] for r in runs),
+        "arrow_pool_backend": runs[0]["arrow_pool_backend"],
+        "reader_version": runs[0]["reader_version"],
+        "end_version": runs[0]["end_version"],
+        "schema": runs[0]["schema"],
+        "modules_imported_in_timer": sorted(
+            {m for r in runs for m in r["modules_imported_in_timer"]}
+        ),
+    }
+
+
+def _count_diff(a: dict[str, int], b: dict[str, int], limit: int = 5) -> str:
+    keys = sorted(set(a) | set(b), key=lambda k: (int(k.split("/")[0]), k))
+    diffs = [f"{k}: {a.get(k, 0)} vs {b.get(k, 0)}" for k in keys if a.get(k, 0) != b.get(k, 0)]
+    more = f" (+{len(diffs) - limit} more)" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
+def _mib(kib: float) -> str:
+    return f"{kib / 1024:.1f}"
+
+
+def print_profile(profile_file: Path, top: int) -> None:
+    import pstats
+
+    for key in ("cumulative", "tottime"):
+        print(f"\n--- deltastream cProfile, top {top} by {key} ---")
+        stats = pstats.Stats(str(profile_file), stream=sys.stdout)
+        stats.strip_dirs().sort_stats(key).print_stats(top)
+    # The event loop's frames top the cumulative list; deltastream's own functions:
+    print(f"\n--- deltastream cProfile, deltastream's functions, top {top} by cumulative ---")
+    stats = pstats.Stats(str(profile_file), stream=sys.stdout)
+    stats.sort_stats("cumulative").print_stats(r"/deltastream/", top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--versions", type=int, default=200, help="versions 0..V-1")
+    parser.add_argument("--rows-per-append", type=int, default=35_000, help="mean (±25%%)")
+    parser.add_argument("--rows-per-update", type=int, default=20_000, help="id range size")
+    parser.add_argument("--rows-per-delete", type=int, default=10_000, help="id range size")
+    parser.add_argument("--update-fraction", type=float, default=0.1)
+    parser.add_argument("--delete-fraction", type=float, default=0.1)
+    parser.add_argument("--partitioned", action="store_true", help="partition by category")
+    parser.add_argument("--prefix-end", type=int, default=49, help="last version of the prefix")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per configuration")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per configuration")
+    parser.add_argument("--dir", type=Path, help="table directory (kept and reused)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile one deltastream run (cProfile)"
+    )
+    parser.add_argument("--profile-top", type=int, default=30)
+    # worker mode (internal)
+    parser.add_argument("--worker", choices=READERS, help=argparse.SUPPRESS)
+    parser.add_argument("--table", help=argparse.SUPPRESS)
+    parser.add_argument("--end-version", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--verify", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        worker(args.worker, args.table, args.end_version, args.verify, args.profile_out)
+        return 0
+
+    if args.versions < 2:
+        parser.error("--versions must be >= 2")
+    command = shlex.join([sys.executable, *sys.argv])
+    scratch = Path(tempfile.mkdtemp(prefix="deltastream-bench-"))
+    try:
+        root = args.dir.resolve() if args.dir is not None else scratch / "table"
+        params = table_params(args)
+        shape = cached_shape(root, params)
+        built_in = None
+        if shape is None:
+            log(f"building table at {root} ({args.versions} versions)...")
+            t0 = time.perf_counter()
+            shape = build_table(root, params)
+            built_in = time.perf_counter() - t0
+            log(f"built in {built_in:.1f} s: {shape['change_rows']} change rows")
+        else:
+            log(f"reusing table at {root}")
+        latest = shape["latest_version"]
+        prefix_end = min(args.prefix_end, latest)
+        ends = {"full": latest, "prefix": prefix_end}
+
+        load_before = os.getloadavg()
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in CONFIGS}
+        for _ in range(args.warmup):
+            for name, reader, rng in CONFIGS:
+                log(f"warm-up {name}...")
+                run_worker(reader, root, ends[rng])
+        for i in range(args.repeat):
+            order = CONFIGS if i % 2 == 0 else CONFIGS[::-1]
+            for name, reader, rng in order:
+                res = run_worker(reader, root, ends[rng])
+                runs[name].append(res)
+                log(
+                    f"run {i + 1}/{args.repeat} {name:<18} {res['seconds']:.3f} s  "
+                    f"peak RSS {_mib(res['peak_rss_kib'])} MiB  {res['rows']} rows  "
+                    f"{res['batches']} batches"
+                )
+        load_after = os.getloadavg()
+        verify: dict[str, dict[str, Any]] = {}
+        for name, reader, rng in CONFIGS:
+            log(f"verification run {name}...")
+            verify[name] = run_worker(reader, root, ends[rng], verify=True)["fingerprint"]
+
+        summ = {name: _summary(runs[name]) for name in runs}
+        ds, dr = summ["deltastream"], summ["delta-rs"]
+        dsp = summ["deltastream-prefix"]
+
+        problems: list[str] = []
+        for name, _, rng in CONFIGS:
+            s = summ[name]
+            expected = expected_counts(shape, ends[rng])
+            want = sum(expected.values())
+            if len(s["rows"]) != 1:
+                problems.append(f"{name} gave different row counts across runs: {s['rows']}")
+            if s["rows"] != [want]:
+                problems.append(f"{name} read {s['rows']} change rows, the writer made {want}")
+            fp = verify[name]
+            if fp["unknown_change_types"]:
+                problems.append(f"{name}: {fp['unknown_change_types']} unknown _change_type")
+            if fp["counts"] != expected:
+                problems.append(
+                    f"{name} per (version/type) counts differ from the writer's: "
+                    + _count_diff(fp["counts"], expected)
+                )
+        for rng in ("full", "prefix"):
+            a = "deltastream" if rng == "full" else "deltastream-prefix"
+            b = "delta-rs" if rng == "full" else "delta-rs-prefix"
+            if summ[a]["rows"] != summ[b]["rows"]:
+                problems.append(
+                    f"{rng} range: change row counts differ: deltastream {summ[a]['rows']}, "
+                    f"delta-rs {summ[b]['rows']}"
+                )
+            if verify[a]["digest"] != verify[b]["digest"]:
+                problems.append(
+                    f"{rng} range: the multisets of (id, _change_type, _commit_version) "
+                    f"differ: deltastream {verify[a]['digest']}, delta-rs {verify[b]['digest']}"
+                )
+            if verify[a]["counts"] != verify[b]["counts"]:
+                problems.append(
+                    f"{rng} range: per (version/type) counts differ (deltastream vs delta-rs): "
+                    + _count_diff(verify[a]["counts"], verify[b]["counts"])
+                )
+        agree = not problems
+
+        throughput_ratio = ds["rows_per_s"] / dr["rows_per_s"]
+        throughput_ok = throughput_ratio >= THROUGHPUT_TARGET
+        full_peak = ds["peak_rss_median_kib"]
+        prefix_peak = dsp["peak_rss_median_kib"]
+        memory_limit = MEMORY_FACTOR * prefix_peak + MEMORY_SLACK_MIB * 1024
+        memory_ok = full_peak <= memory_limit
+        memory_ratio = full_peak / prefix_peak
+        rss_vs_deltars = ds["peak_rss_median_kib"] / dr["peak_rss_median_kib"]
+
+        profile_file = None
+        prof_run = None
+        if args.profile:
+            profile_file = scratch / "deltastream.prof"
+            log("profiling one deltastream run...")
+            prof_run = run_worker("deltastream", root, latest, profile_out=profile_file)
+
+        import deltalake
+        import pyarrow
+
+        report = {
+            "command": command,
+            "table": str(root),
+            "table_built_in_s": built_in,
+            "shape": {k: v for k, v in shape.items() if k != "per_version"},
+            "prefix_end_version": prefix_end,
+            "repeat": args.repeat,
+            "warmup": args.warmup,
+            "environment": {
+                "python": platform.python_version(),
+                "pyarrow": pyarrow.__version__,
+                "deltalake": deltalake.__version__,
+                "deltastream": ds["reader_version"],
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "loadavg_before": load_before,
+                "loadavg_after": load_after,
+            },
+            "readers": summ,
+            "verification": {
+                name: {"digest": fp["digest"], "versions_types": len(fp["counts"])}
+                for name, fp in verify.items()
+            },
+            "throughput_ratio": throughput_ratio,
+            "peak_rss_ratio_vs_delta_rs": rss_vs_deltars,
+            "targets": {
+                "throughput": {
+                    "limit": THROUGHPUT_TARGET,
+                    "ratio": throughput_ratio,
+                    "pass": throughput_ok,
+                },
+                "memory_independent_of_versions": {
+                    "criterion": (
+                        f"full-range peak RSS <= {MEMORY_FACTOR} x prefix-range peak RSS "
+                        f"+ {MEMORY_SLACK_MIB} MiB (medians)"
+                    ),
+                    "full_peak_kib": full_peak,
+                    "prefix_peak_kib": prefix_peak,
+                    "limit_kib": memory_limit,
+                    "ratio": memory_ratio,
+                    "pass": memory_ok,
+                },
+            },
+            "agreement": {"pass": agree, "problems": problems},
+        }
+        if prof_run is not None:
+            report["profile_run"] = {
+                k: prof_run[k]
+                for k in ("seconds", "first_batch_s", "peak_rss_kib", "arrow_pool_peak_bytes")
+            }
+
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            print_report(report)
+            if profile_file is not None and prof_run is not None:
+                print(
+                    f"\n(profiled run: {prof_run['seconds']:.3f} s under cProfile, first batch "
+                    f"after {prof_run['first_batch_s']:.3f} s, peak RSS "
+                    f"{_mib(prof_run['peak_rss_kib'])} MiB)"
+                )
+                print_profile(profile_file, args.profile_top)
+        if not agree:
+            return 2
+        if args.strict and not (throughput_ok and memory_ok):
+            return 1
+        return 0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def print_report(rep: dict[str, Any]) -> None:
+    sh = rep["shape"]
+    env = rep["environment"]
+    mb = 1024 * 1024
+    built = (
+        f"built in {rep['table_built_in_s']:.1f} s"
+        if rep["table_built_in_s"] is not None
+        else "reused"
+    )
+    ops = sh["operations"]
+    by_type = sh["change_rows_by_type"]
+    enough = "yes" if sh["change_rows"] >= MIN_CHANGE_ROWS else "NO"
+    print("deltastream change-data benchmark: stream the change feed of every version")
+    print(f"command : {rep['command']}")
+    print(f"table   : {rep['table']} ({built})")
+    print(
+        f"shape   : {sh['versions']} versions (0..{sh['latest_version']}): {ops['append']} appends "
+        f"(~{sh['rows_per_append']} rows), {ops['update']} updates (id ranges of "
+        f"{sh['rows_per_update']}), {ops['delete']} deletes (id ranges of "
+        f"{sh['rows_per_delete']}); "
+        f"{'partitioned by category' if sh['partitioned'] else 'not partitioned'}"
+    )
+    print(
+        f"          {sh['change_rows']} change rows (>= {MIN_CHANGE_ROWS}: {enough}): "
+        + ", ".join(f"{by_type[t]} {t}" for t in CHANGE_TYPES)
+    )
+    print(
+        f"          {sh['data_files']} data files ({sh['data_bytes'] / mb:.1f} MiB), "
+        f"{sh['cdc_files']} cdc files ({sh['cdc_bytes'] / mb:.1f} MiB), "
+        f"{sh['log_files']} files in _delta_log"
+    )
+    print(
+        f"env     : python {env['python']}, pyarrow {env['pyarrow']}, "
+        f"deltalake {env['deltalake']}, deltastream {env['deltastream']}, "
+        f"{env['cpus']} CPUs, {env['platform']}"
+    )
+    print(
+        f"method  : fresh subprocess per run, imports before the timer; "
+        f"{rep['repeat']} timed runs per configuration (+{rep['warmup']} warm-up), "
+        "alternating order; rows counted batch by batch"
+    )
+    print(
+        "          peak RSS = VmHWM of the subprocess (incl. imports); arrow pool = peak "
+        f"bytes of pyarrow's default pool ({rep['readers']['deltastream']['arrow_pool_backend']}"
+        "); prefix = versions "
+        f"0..{rep['prefix_end_version']}; load average "
+        f"{env['loadavg_before'][0]:.2f} before, {env['loadavg_after'][0]:.2f} after"
+    )
+    print()
+    print(
+        f"{'configuration':<20}{'median s':>9}{'min s':>8}{'max s':>8}{'Mrows/s':>9}"
+        f"{'1st batch s':>12}{'peak RSS MiB':>13}{'imports MiB':>12}{'arrow pool':>11}"
+        f"{'rows':>10}{'batches':>9}"
+    )
+    for name, s in rep["readers"].items():
+        print(
+            f"{name:<20}{s['median_s']:>9.3f}{s['min_s']:>8.3f}{s['max_s']:>8.3f}"
+            f"{s['rows_per_s'] / 1e6:>9.2f}{s['first_batch_s_median']:>12.3f}"
+            f"{_mib(s['peak_rss_median_kib']):>13}{_mib(s['rss_after_import_kib']):>12}"
+            f"{s['arrow_pool_peak_bytes'] / mb:>11.1f}"
+            f"{','.join(str(n) for n in s['rows']):>10}"
+            f"{','.join(str(n) for n in s['batches']):>9}"
+        )
+    for name, s in rep["readers"].items():
+        print(
+            f"  {name:<18} runs (s): "
+            + " ".join(f"{x:.3f}" for x in s["runs_s"])
+            + f"; peak RSS {_mib(s['peak_rss_min_kib'])}..{_mib(s['peak_rss_max_kib'])} MiB"
+            f"; CPU user {s['user_s_median']:.2f} s + sys {s['sys_s_median']:.2f} s, "
+            f"{s['minor_faults_median'] / 1000:.0f}k page faults (medians); "
+            f"batches of {s['min_batch_rows']}..{s['max_batch_rows']} rows"
+        )
+        if s["modules_imported_in_timer"]:
+            print(f"  {name} imported inside the timer: {s['modules_imported_in_timer']}")
+    print()
+    t = rep["targets"]["throughput"]
+    m = rep["targets"]["memory_independent_of_versions"]
+    ds, dr = rep["readers"]["deltastream"], rep["readers"]["delta-rs"]
+    print(
+        f"throughput: deltastream {ds['rows_per_s'] / 1e6:.2f} Mrows/s, "
+        f"delta-rs {dr['rows_per_s'] / 1e6:.2f} Mrows/s"
+    )
+    print(
+        f"throughput ratio deltastream/delta-rs (medians)  : {t['ratio']:.2f}x  "
+        f"(target >= {t['limit']}x)  {'PASS' if t['pass'] else 'FAIL'}"
+    )
+    print(
+        f"peak RSS deltastream vs delta-rs (full range)    : {_mib(ds['peak_rss_median_kib'])} "
+        f"vs {_mib(dr['peak_rss_median_kib'])} MiB = "
+        f"{rep['peak_rss_ratio_vs_delta_rs']:.2f}x  (no target)"
+    )
+    print(
+        f"deltastream peak RSS, full range vs prefix       : {_mib(m['full_peak_kib'])} vs "
+        f"{_mib(m['prefix_peak_kib'])} MiB = {m['ratio']:.2f}x, limit "
+        f"{_mib(m['limit_kib'])} MiB  {'PASS' if m['pass'] else 'FAIL'}"
+    )
+    print(f"  criterion: {m['criterion']}")
+    agr = rep["agreement"]
+    if agr["pass"]:
+        digest = rep["verification"]["deltastream"]["digest"]
+        print(
+            f"agreement: PASS (both readers give the writer's {sh['change_rows']} change rows "
+            f"and per (version, change type) counts, over both ranges; the same multiset of "
+            f"(id, _change_type, _commit_version), digest {digest[:16]}...)"
+        )
+    else:
+        print("agreement: FAIL")
+        for p in agr["problems"]:
+            print(f"  - {p}")
+    overall = agr["pass"] and t["pass"] and m["pass"]
+    print(f"RESULT: {'PASS' if overall else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
