@@ -23,6 +23,7 @@ from deltastream.changes.api import read_changes, read_rows
 from deltastream.errors import DeltaStreamError, InvalidArgumentError
 from deltastream.log.actions import AddFile
 from deltastream.output import write_json_lines, write_parquet
+from deltastream.runtime import use_fast_allocator
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table
 
@@ -258,6 +259,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    use_fast_allocator()
     sys.exit(run(argv))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -203,3 +204,17 @@ def test_failed_read_leaves_no_output_file(
     err = capsys.readouterr().err
     assert code == 2 and "file not found" in err and victim.name in err
     assert not target.exists() and not list(tmp_path.glob(".deltastream-*"))
+
+
+def test_programs_use_jemalloc_unless_told_otherwise() -> None:
+    code = "from deltastream.runtime import use_fast_allocator; print(use_fast_allocator())"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip() == "jemalloc"
+    env["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip() == "system"

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from pyroaring import BitMap64
 
 from deltastream.changes.deletion_vectors import load_deletion_vector
-from deltastream.changes.reader import FileRead, ReadSchema, read_file
+from deltastream.changes.reader import FileRead, ReadSchema, read_files
 from deltastream.changes.scan import data_columns
 from deltastream.changes.schema import (
     ArrayType,
@@ -333,6 +333,14 @@ async def _nothing() -> AsyncIterator[pa.RecordBatch]:
 async def _changes(
     store: ObjectStore, plan: _Range, cdc_schema: ReadSchema, inferred_schema: ReadSchema
 ) -> AsyncIterator[pa.RecordBatch]:
+    async for batch in read_files(store, _tasks(store, plan, cdc_schema, inferred_schema)):
+        yield batch
+
+
+async def _tasks(
+    store: ObjectStore, plan: _Range, cdc_schema: ReadSchema, inferred_schema: ReadSchema
+) -> AsyncIterator[tuple[FileRead, ReadSchema]]:
+    """The files to read, version after version, in output order."""
     planner = _Planner(store, inferred_schema.partition_columns)
     for i in range(0, len(plan.commits), _COMMIT_CHUNK):
         chunk = plan.commits[i : i + _COMMIT_CHUNK]
@@ -356,12 +364,10 @@ async def _changes(
                         version=v,
                         constants=(v, timestamp_us),
                     )
-                    async for batch in read_file(store, task, cdc_schema):
-                        yield batch
+                    yield task, cdc_schema
                 continue
             for task in await planner.inferred(v, actions, timestamp_us):
-                async for batch in read_file(store, task, inferred_schema):
-                    yield batch
+                yield task, inferred_schema
 
 
 class _Planner:

@@ -7,17 +7,22 @@ parquet field id depending on the column-mapping mode, cast to the table's types
 INT96 and millisecond timestamps become UTC microseconds, narrower numbers widen), with
 partition columns filled in from the log and columns missing from the file as nulls.
 
-The parquet decoding is synchronous (pyarrow) and runs in a worker thread; every batch is
-handed back to the caller's event loop, so reading a file holds about one batch in memory.
+The parquet decoding is synchronous (pyarrow) and runs in worker threads, several files at
+once; batches are handed back to the caller's event loop in file order through small
+queues, so a read of any size holds a few batches per file in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
+from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import anyio.to_thread
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,11 +48,10 @@ from deltastream.errors import (
 )
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["BATCH_ROWS", "FileRead", "ReadSchema", "read_file"]
+__all__ = ["BATCH_ROWS", "DEFAULT_CONCURRENCY", "FileRead", "ReadSchema", "read_files"]
 
 #: Rows per record batch produced by readers.
 BATCH_ROWS = 65_536
-_READ_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -205,12 +209,10 @@ class _FileReader:
     ) -> None:
         self.source, self.task, self.schema = source, task, schema
         try:
-            self.pf = pq.ParquetFile(
-                handle,
-                pre_buffer=False,
-                buffer_size=_READ_BUFFER,
-                coerce_int96_timestamp_unit="us",
-            )
+            # Column chunks are read whole, one at a time (no pre-buffering of a whole row
+            # group, no small buffered reads): the fastest way through local and ranged files,
+            # with memory bounded by one column chunk per file in flight.
+            self.pf = pq.ParquetFile(handle, pre_buffer=False, coerce_int96_timestamp_unit="us")
         except (pa.ArrowException, OSError, ValueError) as e:
             raise self.error(f"not a readable parquet file: {e}") from None
         self.num_rows = self.pf.metadata.num_rows
@@ -257,8 +259,9 @@ class _FileReader:
     def _raw_batches(self) -> Iterator[pa.RecordBatch]:
         columns = list(dict.fromkeys(self.file_names))
         if columns:
+            # One thread per file: files are decoded in parallel by read_files instead.
             yield from self.pf.iter_batches(
-                batch_size=BATCH_ROWS, columns=columns, use_threads=True
+                batch_size=BATCH_ROWS, columns=columns, use_threads=False
             )
             return
         # Only partition columns or nulls: the rows still have to be counted.
@@ -325,6 +328,12 @@ class _FileReader:
                     f"unexpected schema: column {name!r} is {column.type}: {e}"
                 ) from None
             names.append(name)
+        if selection is None and schema.row_filter is None:
+            # The common case: every row, columns already in output order.
+            for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
+                arrays.append(pa.repeat(pa.scalar(value, type=constant.type), n))
+            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+            return
         table = pa.Table.from_arrays(arrays, names=names)
         if selection is not None:
             table = table.filter(selection)
@@ -337,7 +346,9 @@ class _FileReader:
         for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
             scalar = pa.scalar(value, type=constant.type)
             table = table.append_column(constant, pa.repeat(scalar, table.num_rows))
-        yield from table.cast(out_schema).to_batches(max_chunksize=BATCH_ROWS)
+        if table.schema != out_schema:
+            table = table.cast(out_schema)
+        yield from table.to_batches(max_chunksize=BATCH_ROWS)
 
 
 def _nulls(n: int, t: pa.DataType) -> pa.Array[Any]:
@@ -351,26 +362,117 @@ def _empty(n: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"__rows": pa.nulls(n)})
 
 
-_DONE = object()
+#: Files decoded at once by :func:`read_files` (each in its own worker thread).
+DEFAULT_CONCURRENCY = max(1, min(4, os.cpu_count() or 1))
+#: Decoded batches a file may queue ahead of the consumer.
+_QUEUED_BATCHES = 2
+#: Files kept open (queued for or in decoding) per worker.
+_OPEN_PER_WORKER = 3
+
+_END = object()
 
 
-async def read_file(
-    store: ObjectStore, task: FileRead, schema: ReadSchema
-) -> AsyncIterator[pa.RecordBatch]:
-    """Stream the batches of one file. Each batch is decoded in a worker thread."""
-    file_store, key = store.resolve(task.path)
-    source = file_store.uri_for(key)
+class _FileQueue:
+    """Batches of one file, from a worker thread to the event loop.
+
+    The worker posts to the loop without waiting for it (a round trip per batch would make
+    decoding wait on the loop); a semaphore bounds how far it may run ahead.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._slots = threading.Semaphore(_QUEUED_BATCHES)
+        self._items: asyncio.Queue[object] = asyncio.Queue()
+        self.closed = False
+
+    def put(self, item: object) -> bool:
+        """From the worker; blocks while the queue is full. ``False`` once the reader left."""
+        while not self._slots.acquire(timeout=0.5):
+            if self.closed:
+                return False
+        if self.closed:
+            return False
+        self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+        return True
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """From the worker: no more batches (``error`` if the file could not be read)."""
+        if not self.closed:
+            self._loop.call_soon_threadsafe(self._items.put_nowait, error or _END)
+
+    async def get(self) -> object:
+        item = await self._items.get()
+        self._slots.release()
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+        self._slots.release()  # wake a worker blocked on a full queue
+
+
+def _decode(
+    source: str, handle: pa.NativeFile, task: FileRead, schema: ReadSchema, queue: _FileQueue
+) -> None:
+    """Decode one file in a worker thread into ``queue``; stops if the reader went away."""
     try:
-        handle = await file_store.open_file(key, task.size)
-    except ObjectNotFoundError as e:
-        raise DataFileNotFoundError(source, task.version) from e
-    try:
-        reader = await anyio.to_thread.run_sync(_FileReader, source, handle, task, schema)
-        batches = reader.batches()
-        while True:
-            batch = await anyio.to_thread.run_sync(next, batches, _DONE)
-            if batch is _DONE:
+        for batch in _FileReader(source, handle, task, schema).batches():
+            if not queue.put(batch):
                 return
-            yield cast(pa.RecordBatch, batch)
+    except BaseException as e:  # handed over, raised by the reader
+        queue.finish(e)
+    else:
+        queue.finish()
     finally:
         handle.close()
+
+
+async def read_files(
+    store: ObjectStore,
+    tasks: AsyncIterator[tuple[FileRead, ReadSchema]],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> AsyncIterator[pa.RecordBatch]:
+    """Stream the batches of many files, in the order of ``tasks``.
+
+    Up to ``concurrency`` files are decoded at once, each in a worker thread feeding a small
+    queue, so memory holds a few batches per file in flight whatever the number of files.
+    Tasks are pulled from ``tasks`` only as room frees up. (asyncio only, like the S3 store.)
+    """
+    loop = asyncio.get_running_loop()
+    executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="deltastream-read")
+    pending: deque[tuple[_FileQueue, Future[None], pa.NativeFile]] = deque()
+    exhausted = False
+    try:
+        while True:
+            # More files open than workers: a worker finishing a file finds the next one
+            # queued instead of waiting for the consumer to catch up. Only workers decode,
+            # so the extra files cost an open handle each, not memory.
+            while not exhausted and len(pending) < _OPEN_PER_WORKER * concurrency:
+                try:
+                    task, schema = await anext(tasks)
+                except StopAsyncIteration:
+                    exhausted = True
+                    break
+                file_store, key = store.resolve(task.path)
+                source = file_store.uri_for(key)
+                try:
+                    handle = await file_store.open_file(key, task.size)
+                except ObjectNotFoundError as e:
+                    raise DataFileNotFoundError(source, task.version) from e
+                queue = _FileQueue(loop)
+                job = executor.submit(_decode, source, handle, task, schema, queue)
+                pending.append((queue, job, handle))
+            if not pending:
+                return
+            queue = pending[0][0]
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield cast(pa.RecordBatch, item)
+            pending.popleft()
+    finally:
+        for queue, job, handle in pending:
+            queue.close()  # workers still decoding stop at their next batch
+            if job.cancel():  # never started: its file is still open
+                handle.close()
+        executor.shutdown(wait=False)

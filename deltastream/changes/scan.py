@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from deltastream.changes.deletion_vectors import load_deletion_vector
 from deltastream.changes.predicates import may_match, parse_predicate, to_arrow_expression
-from deltastream.changes.reader import FileRead, ReadSchema, read_file
+from deltastream.changes.reader import FileRead, ReadSchema, read_files
 from deltastream.changes.schema import (
     StructType,
     column_mapping_mode,
@@ -58,7 +58,7 @@ def scan_snapshot(
         filter_columns=tuple(predicate.columns) if predicate is not None else (),
     )
 
-    async def batches() -> AsyncIterator[pa.RecordBatch]:
+    async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
         wanted = files.select(["path", "partitionValues", "size", "deletionVector"])
         for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
             for row in chunk.to_pylist(maps_as_pydicts="strict"):
@@ -73,7 +73,6 @@ def scan_snapshot(
                     version=snapshot.version,
                     exclude=exclude,
                 )
-                async for batch in read_file(store, task, read_schema):
-                    yield batch
+                yield task, read_schema
 
-    return BatchStream(read_schema.output_schema, batches())
+    return BatchStream(read_schema.output_schema, read_files(store, tasks()))

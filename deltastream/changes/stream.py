@@ -1,22 +1,28 @@
 """Record-batch streams: an async iterator that knows its schema, and a synchronous
 ``pyarrow.RecordBatchReader`` over one.
 
-Readers produce data lazily, a batch at a time, so a stream of any length holds about one
-batch in memory. :func:`to_record_batch_reader` runs the async producer on an event loop in
-a background thread (an anyio blocking portal) for synchronous callers.
+Readers produce data lazily, a batch at a time, so a stream of any length holds a few
+batches in memory. :func:`to_record_batch_reader` runs the async producer on an event loop
+in a background thread for synchronous callers, handing batches over through a small queue.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self
 
-import anyio.from_thread
+import anyio
+import anyio.to_thread
 import pyarrow as pa
 
 __all__ = ["BatchStream", "to_record_batch_reader"]
+
+#: Batches the background producer of a synchronous reader may run ahead.
+_AHEAD = 2
 
 
 class BatchStream(AsyncIterator[pa.RecordBatch], AbstractAsyncContextManager["BatchStream"]):
@@ -81,31 +87,66 @@ class BatchStream(AsyncIterator[pa.RecordBatch], AbstractAsyncContextManager["Ba
 def to_record_batch_reader(
     open_stream: Callable[[], Awaitable[BatchStream]],
 ) -> pa.RecordBatchReader:
-    """Open a stream on a background event loop and read it synchronously.
+    """Open a stream on an event loop in a background thread and read it synchronously.
 
     Errors raised while opening (a bad range, a missing table) are raised here; errors met
-    while reading are raised from the reader's ``read_next_batch``/iteration.
+    while reading are raised from the reader's ``read_next_batch``/iteration. Batches pass
+    through a small queue, so the producer runs at most a couple of batches ahead.
     """
-    portal_cm = anyio.from_thread.start_blocking_portal()
-    portal = portal_cm.__enter__()
-    try:
-        stream = portal.call(open_stream)
-    except BaseException as e:
-        portal_cm.__exit__(type(e), e, e.__traceback__)
-        raise
+    ready: queue.Queue[pa.Schema | BaseException] = queue.Queue(1)
+    batches: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(_AHEAD)
+    stop = threading.Event()
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    def put(item: pa.RecordBatch | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                batches.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    async def pump() -> None:
+        try:
+            stream = await open_stream()
+        except BaseException as e:
+            ready.put(e)
+            return
+        ready.put(stream.schema)
+        try:
+            async with stream:
+                async for batch in stream:
+                    if stop.is_set():
+                        return
+                    try:
+                        batches.put_nowait(batch)
+                    except queue.Full:
+                        if not await anyio.to_thread.run_sync(put, batch):
+                            return
+            put(None)
+        except BaseException as e:
+            put(e)
+
+    thread = threading.Thread(
+        target=anyio.run, args=(pump,), name="deltastream-stream", daemon=True
+    )
+    thread.start()
+    first = ready.get()
+    if isinstance(first, BaseException):
+        thread.join()
+        raise first
+
+    def iterate() -> Iterator[pa.RecordBatch]:
         try:
             while True:
-                try:
-                    batch = portal.call(stream.__anext__)
-                except StopAsyncIteration:
+                item = batches.get()
+                if item is None:
                     return
-                yield batch
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
         finally:
-            try:
-                portal.call(stream.aclose)
-            finally:
-                portal_cm.__exit__(None, None, None)
+            stop.set()
+            thread.join()
 
-    return pa.RecordBatchReader.from_batches(stream.schema, batches())
+    return pa.RecordBatchReader.from_batches(first, iterate())

@@ -372,6 +372,11 @@ def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: 
         import pyroaring  # noqa: F401
 
         import deltastream
+        from deltastream.runtime import use_fast_allocator
+
+        # The allocator the deltastream command uses (jemalloc; ARROW_DEFAULT_MEMORY_POOL
+        # overrides it): measure the library as the program runs it.
+        use_fast_allocator()
 
         if profile_out:
             import cProfile
