@@ -11,13 +11,13 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
 from typing import Self
 
 import anyio
 import anyio.to_thread
 import pyarrow as pa
+
+from deltastream.storage.base import AsyncClosable
 
 __all__ = ["BatchStream", "to_record_batch_reader"]
 
@@ -25,7 +25,7 @@ __all__ = ["BatchStream", "to_record_batch_reader"]
 _AHEAD = 2
 
 
-class BatchStream(AsyncIterator[pa.RecordBatch], AbstractAsyncContextManager["BatchStream"]):
+class BatchStream(AsyncIterator[pa.RecordBatch], AsyncClosable):
     """Record batches of one ``schema``, produced on demand.
 
     Iterate it with ``async for``; ``aclose()`` (or leaving ``async with``) stops the
@@ -71,17 +71,6 @@ class BatchStream(AsyncIterator[pa.RecordBatch], AbstractAsyncContextManager["Ba
     async def read_all(self) -> pa.Table:
         """Everything left in the stream as one table (only for results that fit in memory)."""
         return pa.Table.from_batches([b async for b in self], schema=self.schema)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def to_record_batch_reader(
