@@ -15,6 +15,7 @@ queues, so a read of any size holds a few batches per file in flight.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 from collections import deque
@@ -23,12 +24,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap64
 
+from deltastream.changes.deletion_vectors import kept_rows
 from deltastream.changes.partitions import partition_column
 from deltastream.changes.schema import (
     PARQUET_FIELD_ID,
@@ -73,7 +74,7 @@ class ReadSchema:
     row_filter: pc.Expression | None = None
     filter_columns: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def output_schema(self) -> pa.Schema:
         fields = [f for f in self.table_schema.select(self.columns).to_arrow()]
         fields += [pa.field(name, t) for name, t in self.file_columns]
@@ -188,17 +189,11 @@ def conform(arr: pa.Array[Any], target: DataType, mode: ColumnMappingMode) -> pa
 
 def _selection(task: FileRead, start: int, length: int) -> pa.BooleanArray | None:
     """Which rows ``[start, start + length)`` of the file to keep; ``None`` for all."""
-    if task.exclude is None and task.include is None:
-        return None
-    bitmap = task.include if task.include is not None else task.exclude
-    assert bitmap is not None
-    in_bitmap = np.zeros(length, dtype=bool)
-    if len(bitmap):
-        rows = np.asarray(bitmap.to_array(), dtype=np.uint64)
-        lo, hi = np.searchsorted(rows, [start, start + length])
-        in_bitmap[(rows[lo:hi] - np.uint64(start)).astype(np.int64)] = True
-    keep = in_bitmap if task.include is not None else ~in_bitmap
-    return pa.array(keep, type=pa.bool_())
+    if task.include is not None:
+        return pc.invert(kept_rows(task.include, start, length))
+    if task.exclude is not None:
+        return kept_rows(task.exclude, start, length)
+    return None
 
 
 class _FileReader:
