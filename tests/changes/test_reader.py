@@ -223,3 +223,13 @@ def test_s3_large_file_is_read_with_ranges(s3_bucket: S3Bucket, tmp_path: Path) 
     uri = s3_bucket.upload_dir(path, "big")
     got = ds.read_rows(uri, columns=["id"], storage_options=s3_bucket.storage_options).read_all()
     assert got.num_rows == n and pc.sum(got["id"]).as_py() == sum(range(n))
+
+
+def test_void_columns_are_dropped() -> None:
+    table = CORPORA / "delta-kernel-rs/data/void-column"
+    schema_string = ds.read_snapshot(str(table)).metadata.schema_string or ""
+    assert '"void"' in schema_string
+    got = ds.read_rows(str(table)).read_all()
+    raw = pa.concat_tables([pq.read_table(f) for f in sorted(table.glob("*.parquet"))])
+    assert got.schema.names == ["id"]
+    assert sorted(got["id"].to_pylist()) == sorted(raw["id"].to_pylist())
