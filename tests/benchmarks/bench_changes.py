@@ -51,23 +51,20 @@ A standalone script (not a pytest test)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
-import shlex
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+# benchlib is next to this script: Python puts the script's directory first on sys.path.
+import benchlib
+
 #: Bump when the generated table changes, so that cached tables are rebuilt.
 GENERATOR_VERSION = 1
-MARKER = "_bench_shape.json"  # outside _delta_log: neither reader looks at it
 SEED = 20240612
 BASE_TS_US = 1_700_000_000_000_000
 CATEGORIES = (
@@ -86,7 +83,6 @@ THROUGHPUT_TARGET = 1.0  # deltastream rows/s >= 1.0x delta-rs rows/s
 MEMORY_FACTOR = 1.25  # full-range peak RSS <= 1.25 x prefix-range peak RSS + slack
 MEMORY_SLACK_MIB = 64
 
-READERS = ("deltastream", "delta-rs")
 #: (name, reader, range) of the measured configurations.
 CONFIGS = (
     ("deltastream", "deltastream", "full"),
@@ -94,10 +90,6 @@ CONFIGS = (
     ("deltastream-prefix", "deltastream", "prefix"),
     ("delta-rs-prefix", "delta-rs", "prefix"),
 )
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -210,7 +202,7 @@ def build_table(root: Path, params: dict[str, Any]) -> dict[str, Any]:
             sys.exit(f"error: the {op} of version {v} produced version {version}")
         per_version.append(counts)
         if v % 20 == 0 or v == len(ops) - 1:
-            log(f"  version {v}/{len(ops) - 1} ({time.perf_counter() - t0:.0f} s)")
+            benchlib.log(f"  version {v}/{len(ops) - 1} ({time.perf_counter() - t0:.0f} s)")
     totals = {t: sum(c.get(t, 0) for c in per_version) for t in CHANGE_TYPES}
     shape = {
         **params,
@@ -221,7 +213,7 @@ def build_table(root: Path, params: dict[str, Any]) -> dict[str, Any]:
         "per_version": per_version,
         **disk_usage(root),
     }
-    (root / MARKER).write_text(json.dumps(shape) + "\n")  # last: marks completion
+    (root / benchlib.MARKER).write_text(json.dumps(shape) + "\n")  # last: marks completion
     return shape
 
 
@@ -246,16 +238,8 @@ def cached_shape(root: Path, params: dict[str, Any]) -> dict[str, Any] | None:
     """The recorded shape of the table at ``root`` if it was built with these parameters
     and is complete; None if it must be (re)built. Refuses to touch a non-empty directory
     that this script did not build."""
-    if not root.exists():
-        return None
-    marker = root / MARKER
-    if not marker.exists():
-        if any(root.iterdir()):
-            sys.exit(f"error: {root} exists, is not empty and was not built by this script")
-        return None
-    try:
-        shape = json.loads(marker.read_text())
-    except ValueError:
+    shape = benchlib.read_marker(root)
+    if shape is None:
         return None
     log_dir = root / "_delta_log"
     latest = params["versions"] - 1
@@ -280,23 +264,6 @@ def expected_counts(shape: dict[str, Any], end: int) -> dict[str, int]:
 # --------------------------------------------------------------------------------------
 # The measured subprocess
 # --------------------------------------------------------------------------------------
-
-
-def proc_status() -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS) of this process, in KiB. ``ru_maxrss`` is not used: on
-    Linux it inherits the parent's high-water mark across fork/exec."""
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(("VmRSS:", "VmHWM:")):
-                    out[line.split(":")[0]] = int(line.split()[1])
-    except OSError:
-        import resource
-
-        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        out = {"VmRSS": maxrss, "VmHWM": maxrss}
-    return out
 
 
 class Fingerprint:
@@ -352,26 +319,34 @@ class Fingerprint:
         }
 
 
+def _profiled_changes(deltastream: Any, table: str, end: int | None, profiler: Any) -> Any:
+    """The change feed read on this thread's own event loop, under ``profiler``, as an
+    iterator of batches (the profiled run does not go through the sync bridge's thread)."""
+    import anyio
+    import pyarrow as pa
+
+    async def collect() -> list[pa.RecordBatch]:
+        async with deltastream.open_table(table) as t:
+            stream = await deltastream.table_changes(t, start_version=0, end_version=end)
+            return [b async for b in stream]
+
+    profiler.enable()
+    batches = anyio.run(collect)
+    return pa.RecordBatchReader.from_batches(batches[0].schema, iter(batches))
+
+
 def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: str | None) -> None:
     """Runs in a fresh interpreter: import, time one full read of the change feed, report
     one JSON line."""
-    import resource
-
     import numpy  # noqa: F401  (the fingerprint's; imported before the timer)
     import pyarrow as pa
     import pyarrow.compute
 
     profiler: Any = None
     if reader == "deltastream":
-        # pre-import what the reader imports lazily (anyio's backend, ...), so that imports
-        # stay out of the timer; the report lists any module imported while timing
-        import anyio._backends._asyncio
-        import anyio.from_thread
-        import anyio.to_thread
-        import pyarrow.parquet
+        deltastream = benchlib.import_deltastream()
         import pyroaring  # noqa: F401
 
-        import deltastream
         from deltastream.runtime import use_fast_allocator
 
         # The allocator the deltastream command uses (jemalloc; ARROW_DEFAULT_MEMORY_POOL
@@ -381,29 +356,26 @@ def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: 
         if profile_out:
             import cProfile
 
+            from deltastream.changes import reader as reader_module
+
+            # cProfile sees only the thread that enabled it: the event loop is profiled by
+            # ``profiler`` (the stream is driven from this thread, below), and each file's
+            # decoding by its own profiler in its worker thread; all are merged on dump.
             profiler = cProfile.Profile()
+            decode_profiles: list[cProfile.Profile] = []
+            decode = reader_module._decode
 
-            # cProfile sees only the thread that enabled it. read_changes runs its event
-            # loop in a portal thread and hands parquet decoding to worker threads: do that
-            # work inline, and enable the profiler in the portal thread.
-            async def run_inline(func: Any, *args: Any, **_: Any) -> Any:
-                return func(*args)
+            def profiled_decode(*a: Any, **k: Any) -> None:
+                local = cProfile.Profile()
+                decode_profiles.append(local)
+                local.runcall(decode, *a, **k)
 
-            anyio.to_thread.run_sync = run_inline
-            start_portal = anyio.from_thread.start_blocking_portal
-
-            @contextlib.contextmanager
-            def profiled_portal(*a: Any, **k: Any) -> Any:
-                with start_portal(*a, **k) as portal:
-                    portal.call(profiler.enable)
-                    try:
-                        yield portal
-                    finally:
-                        portal.call(profiler.disable)
-
-            anyio.from_thread.start_blocking_portal = profiled_portal
+            reader_module._decode = profiled_decode
+            profiler.decode_profiles = decode_profiles  # type: ignore[attr-defined]
 
         def open_reader() -> pa.RecordBatchReader:
+            if profile_out:
+                return _profiled_changes(deltastream, table, end, profiler)
             return deltastream.read_changes(table, start_version=0, end_version=end)
 
         version = deltastream.__version__
@@ -422,11 +394,8 @@ def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: 
         raise SystemExit(f"unknown reader {reader!r}")
 
     fingerprint = Fingerprint() if verify else None
-    after_import = proc_status()
-    modules_before = set(sys.modules)
-    pool = pa.default_memory_pool()
-    ru0 = resource.getrusage(resource.RUSAGE_SELF)
-    t0 = time.perf_counter()
+    meter = benchlib.Meter()
+    meter.start()
     reader_obj = open_reader()
     rows = batches = 0
     min_batch, max_batch = None, 0
@@ -435,46 +404,45 @@ def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: 
     for batch in reader_obj:
         n = batch.num_rows
         if first_batch_s is None:
-            first_batch_s = time.perf_counter() - t0
-            first_status = proc_status()
+            first_batch_s = meter.elapsed()
+            first_status = benchlib.proc_status()
         rows += n
         batches += 1
         max_batch = max(max_batch, n)
         min_batch = n if min_batch is None else min(min_batch, n)
         if fingerprint is not None:
             fingerprint.update(batch)
-    elapsed = time.perf_counter() - t0
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
-    status = proc_status()
+    meter.stop()
+    status = benchlib.proc_status()
     reader_obj.close()
     if profiler is not None:
-        profiler.dump_stats(profile_out)
-    imported_in_timer = sorted(set(sys.modules) - modules_before)
+        import pstats
+
+        profiler.disable()
+        merged = pstats.Stats(profiler)
+        for local in getattr(profiler, "decode_profiles", []):
+            merged.add(local)
+        merged.dump_stats(profile_out)
+    meter.finish()
     result: dict[str, Any] = {
         "reader": reader,
         "reader_version": version,
         "end_version": end,
-        "seconds": elapsed,
+        **meter.result(),
         "first_batch_s": first_batch_s,
-        "user_s": ru1.ru_utime - ru0.ru_utime,
-        "sys_s": ru1.ru_stime - ru0.ru_stime,
-        "minor_faults": ru1.ru_minflt - ru0.ru_minflt,
         "peak_rss_kib": status["VmHWM"],
-        "rss_after_import_kib": after_import["VmRSS"],
+        "rss_after_import_kib": meter.after_import["VmRSS"],
         "rss_first_batch_kib": first_status.get("VmRSS"),
         "peak_rss_first_batch_kib": first_status.get("VmHWM"),
-        "arrow_pool_peak_bytes": pool.max_memory(),
-        "arrow_pool_backend": pool.backend_name,
         "rows": rows,
         "batches": batches,
         "min_batch_rows": min_batch,
         "max_batch_rows": max_batch,
         "schema": [f"{f.name}: {f.type}" for f in reader_obj.schema],
-        "modules_imported_in_timer": imported_in_timer,
     }
     if fingerprint is not None:
         result["fingerprint"] = fingerprint.result()
-    print(json.dumps(result))
+    benchlib.emit(result)
 
 
 def run_worker(
@@ -485,21 +453,10 @@ def run_worker(
     verify: bool = False,
     profile_out: Path | None = None,
 ) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", reader, "--table", str(table)]
-    if end is not None:
-        cmd += ["--end-version", str(end)]
+    args = ["--end-version", str(end)] if end is not None else []
     if verify:
-        cmd.append("--verify")
-    if profile_out is not None:
-        cmd += ["--profile-out", str(profile_out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-        sys.exit(
-            f"error: the {reader} subprocess failed (exit {proc.returncode}): {shlex.join(cmd)}"
-        )
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+        args.append("--verify")
+    return benchlib.run_worker(__file__, reader, table, args, profile_out)
 
 
 # --------------------------------------------------------------------------------------
@@ -508,40 +465,32 @@ def run_worker(
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    secs = [r["seconds"] for r in runs]
-    rss = [r["peak_rss_kib"] for r in runs]
     rows = sorted({r["rows"] for r in runs})
-    median_s = statistics.median(secs)
-    return {
-        "median_s": median_s,
-        "min_s": min(secs),
-        "max_s": max(secs),
-        "runs_s": secs,
-        "rows": rows,
-        "rows_per_s": rows[-1] / median_s if median_s else 0.0,
-        "batches": sorted({r["batches"] for r in runs}),
-        "min_batch_rows": min(r["min_batch_rows"] or 0 for r in runs),
-        "max_batch_rows": max(r["max_batch_rows"] for r in runs),
-        "first_batch_s_median": statistics.median(r["first_batch_s"] or 0.0 for r in runs),
-        "user_s_median": statistics.median(r["user_s"] for r in runs),
-        "sys_s_median": statistics.median(r["sys_s"] for r in runs),
-        "minor_faults_median": statistics.median(r["minor_faults"] for r in runs),
-        "peak_rss_median_kib": statistics.median(rss),
-        "peak_rss_min_kib": min(rss),
-        "peak_rss_max_kib": max(rss),
-        "rss_after_import_kib": statistics.median(r["rss_after_import_kib"] for r in runs),
-        "peak_rss_first_batch_kib": statistics.median(
-            r["peak_rss_first_batch_kib"] or 0 for r in runs
-        ),
-        "arrow_pool_peak_bytes": max(r["arrow_pool_peak_bytes"] for r in runs),
-        "arrow_pool_backend": runs[0]["arrow_pool_backend"],
-        "reader_version": runs[0]["reader_version"],
-        "end_version": runs[0]["end_version"],
-        "schema": runs[0]["schema"],
-        "modules_imported_in_timer": sorted(
-            {m for r in runs for m in r["modules_imported_in_timer"]}
-        ),
-    }
+    median_s = statistics.median(r["seconds"] for r in runs)
+    return benchlib.summary(
+        runs,
+        after={
+            "runs_s": {
+                "rows": rows,
+                "rows_per_s": rows[-1] / median_s if median_s else 0.0,
+                "batches": sorted({r["batches"] for r in runs}),
+                "min_batch_rows": min(r["min_batch_rows"] or 0 for r in runs),
+                "max_batch_rows": max(r["max_batch_rows"] for r in runs),
+                "first_batch_s_median": statistics.median(r["first_batch_s"] or 0.0 for r in runs),
+            },
+            "peak_rss_median_kib": {"peak_rss_min_kib": min(r["peak_rss_kib"] for r in runs)},
+            "rss_after_import_kib": {
+                "peak_rss_first_batch_kib": statistics.median(
+                    r["peak_rss_first_batch_kib"] or 0 for r in runs
+                )
+            },
+            "arrow_pool_peak_bytes": {"arrow_pool_backend": runs[0]["arrow_pool_backend"]},
+            "reader_version": {
+                "end_version": runs[0]["end_version"],
+                "schema": runs[0]["schema"],
+            },
+        },
+    )
 
 
 def _count_diff(a: dict[str, int], b: dict[str, int], limit: int = 5) -> str:
@@ -549,23 +498,6 @@ def _count_diff(a: dict[str, int], b: dict[str, int], limit: int = 5) -> str:
     diffs = [f"{k}: {a.get(k, 0)} vs {b.get(k, 0)}" for k in keys if a.get(k, 0) != b.get(k, 0)]
     more = f" (+{len(diffs) - limit} more)" if len(diffs) > limit else ""
     return "; ".join(diffs[:limit]) + more
-
-
-def _mib(kib: float) -> str:
-    return f"{kib / 1024:.1f}"
-
-
-def print_profile(profile_file: Path, top: int) -> None:
-    import pstats
-
-    for key in ("cumulative", "tottime"):
-        print(f"\n--- deltastream cProfile, top {top} by {key} ---")
-        stats = pstats.Stats(str(profile_file), stream=sys.stdout)
-        stats.strip_dirs().sort_stats(key).print_stats(top)
-    # The event loop's frames top the cumulative list; deltastream's own functions:
-    print(f"\n--- deltastream cProfile, deltastream's functions, top {top} by cumulative ---")
-    stats = pstats.Stats(str(profile_file), stream=sys.stdout)
-    stats.sort_stats("cumulative").print_stats(r"/deltastream/", top)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -578,21 +510,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delete-fraction", type=float, default=0.1)
     parser.add_argument("--partitioned", action="store_true", help="partition by category")
     parser.add_argument("--prefix-end", type=int, default=49, help="last version of the prefix")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per configuration")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per configuration")
-    parser.add_argument("--dir", type=Path, help="table directory (kept and reused)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument(
-        "--profile", action="store_true", help="also profile one deltastream run (cProfile)"
+    benchlib.add_common_options(
+        parser,
+        repeat=3,
+        repeat_help="timed runs per configuration",
+        warmup_help="untimed runs per configuration",
     )
-    parser.add_argument("--profile-top", type=int, default=30)
     # worker mode (internal)
-    parser.add_argument("--worker", choices=READERS, help=argparse.SUPPRESS)
-    parser.add_argument("--table", help=argparse.SUPPRESS)
     parser.add_argument("--end-version", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--verify", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.worker:
@@ -601,45 +527,38 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.versions < 2:
         parser.error("--versions must be >= 2")
-    command = shlex.join([sys.executable, *sys.argv])
-    scratch = Path(tempfile.mkdtemp(prefix="deltastream-bench-"))
-    try:
+    command = benchlib.command_line()
+    with benchlib.scratch_dir() as scratch:
         root = args.dir.resolve() if args.dir is not None else scratch / "table"
         params = table_params(args)
-        shape = cached_shape(root, params)
-        built_in = None
-        if shape is None:
-            log(f"building table at {root} ({args.versions} versions)...")
-            t0 = time.perf_counter()
-            shape = build_table(root, params)
-            built_in = time.perf_counter() - t0
-            log(f"built in {built_in:.1f} s: {shape['change_rows']} change rows")
-        else:
-            log(f"reusing table at {root}")
+        shape, built_in = benchlib.get_table(
+            root,
+            cached_shape(root, params),
+            lambda: build_table(root, params),
+            f"{args.versions} versions",
+            lambda built: f": {built['change_rows']} change rows",
+        )
         latest = shape["latest_version"]
         prefix_end = min(args.prefix_end, latest)
         ends = {"full": latest, "prefix": prefix_end}
 
-        load_before = os.getloadavg()
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in CONFIGS}
-        for _ in range(args.warmup):
-            for name, reader, rng in CONFIGS:
-                log(f"warm-up {name}...")
-                run_worker(reader, root, ends[rng])
-        for i in range(args.repeat):
-            order = CONFIGS if i % 2 == 0 else CONFIGS[::-1]
-            for name, reader, rng in order:
-                res = run_worker(reader, root, ends[rng])
-                runs[name].append(res)
-                log(
-                    f"run {i + 1}/{args.repeat} {name:<18} {res['seconds']:.3f} s  "
-                    f"peak RSS {_mib(res['peak_rss_kib'])} MiB  {res['rows']} rows  "
-                    f"{res['batches']} batches"
-                )
-        load_after = os.getloadavg()
+        configs = {name: (reader, rng) for name, reader, rng in CONFIGS}
+
+        def run(name: str, _first: bool) -> dict[str, Any]:
+            reader, rng = configs[name]
+            return run_worker(reader, root, ends[rng])
+
+        runs, load_before, load_after = benchlib.measure(
+            tuple(configs),
+            run,
+            repeat=args.repeat,
+            warmup=args.warmup,
+            width=18,
+            describe=lambda res: f"{res['rows']} rows  {res['batches']} batches",
+        )
         verify: dict[str, dict[str, Any]] = {}
         for name, reader, rng in CONFIGS:
-            log(f"verification run {name}...")
+            benchlib.log(f"verification run {name}...")
             verify[name] = run_worker(reader, root, ends[rng], verify=True)["fingerprint"]
 
         summ = {name: _summary(runs[name]) for name in runs}
@@ -696,11 +615,8 @@ def main(argv: list[str] | None = None) -> int:
         prof_run = None
         if args.profile:
             profile_file = scratch / "deltastream.prof"
-            log("profiling one deltastream run...")
+            benchlib.log("profiling one deltastream run...")
             prof_run = run_worker("deltastream", root, latest, profile_out=profile_file)
-
-        import deltalake
-        import pyarrow
 
         report = {
             "command": command,
@@ -710,16 +626,7 @@ def main(argv: list[str] | None = None) -> int:
             "prefix_end_version": prefix_end,
             "repeat": args.repeat,
             "warmup": args.warmup,
-            "environment": {
-                "python": platform.python_version(),
-                "pyarrow": pyarrow.__version__,
-                "deltalake": deltalake.__version__,
-                "deltastream": ds["reader_version"],
-                "cpus": os.cpu_count(),
-                "platform": platform.platform(),
-                "loadavg_before": load_before,
-                "loadavg_after": load_after,
-            },
+            "environment": benchlib.environment(ds["reader_version"], load_before, load_after),
             "readers": summ,
             "verification": {
                 name: {"digest": fp["digest"], "versions_types": len(fp["counts"])}
@@ -754,40 +661,29 @@ def main(argv: list[str] | None = None) -> int:
             }
 
         if args.json:
-            print(json.dumps(report, indent=2))
+            benchlib.print_json(report)
         else:
             print_report(report)
             if profile_file is not None and prof_run is not None:
                 print(
                     f"\n(profiled run: {prof_run['seconds']:.3f} s under cProfile, first batch "
                     f"after {prof_run['first_batch_s']:.3f} s, peak RSS "
-                    f"{_mib(prof_run['peak_rss_kib'])} MiB)"
+                    f"{benchlib.mib(prof_run['peak_rss_kib'])} MiB)"
                 )
-                print_profile(profile_file, args.profile_top)
-        if not agree:
-            return 2
-        if args.strict and not (throughput_ok and memory_ok):
-            return 1
-        return 0
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+                benchlib.print_profile(profile_file, args.profile_top, own_functions=True)
+        return benchlib.exit_status(agree, args.strict, throughput_ok, memory_ok)
 
 
 def print_report(rep: dict[str, Any]) -> None:
     sh = rep["shape"]
     env = rep["environment"]
     mb = 1024 * 1024
-    built = (
-        f"built in {rep['table_built_in_s']:.1f} s"
-        if rep["table_built_in_s"] is not None
-        else "reused"
-    )
     ops = sh["operations"]
     by_type = sh["change_rows_by_type"]
     enough = "yes" if sh["change_rows"] >= MIN_CHANGE_ROWS else "NO"
-    print("deltastream change-data benchmark: stream the change feed of every version")
-    print(f"command : {rep['command']}")
-    print(f"table   : {rep['table']} ({built})")
+    benchlib.print_header(
+        "deltastream change-data benchmark: stream the change feed of every version", rep
+    )
     print(
         f"shape   : {sh['versions']} versions (0..{sh['latest_version']}): {ops['append']} appends "
         f"(~{sh['rows_per_append']} rows), {ops['update']} updates (id ranges of "
@@ -804,22 +700,13 @@ def print_report(rep: dict[str, Any]) -> None:
         f"{sh['cdc_files']} cdc files ({sh['cdc_bytes'] / mb:.1f} MiB), "
         f"{sh['log_files']} files in _delta_log"
     )
-    print(
-        f"env     : python {env['python']}, pyarrow {env['pyarrow']}, "
-        f"deltalake {env['deltalake']}, deltastream {env['deltastream']}, "
-        f"{env['cpus']} CPUs, {env['platform']}"
-    )
-    print(
-        f"method  : fresh subprocess per run, imports before the timer; "
-        f"{rep['repeat']} timed runs per configuration (+{rep['warmup']} warm-up), "
-        "alternating order; rows counted batch by batch"
-    )
+    benchlib.print_environment(env)
+    print(benchlib.method(rep, "configuration") + "; rows counted batch by batch")
     print(
         "          peak RSS = VmHWM of the subprocess (incl. imports); arrow pool = peak "
         f"bytes of pyarrow's default pool ({rep['readers']['deltastream']['arrow_pool_backend']}"
         "); prefix = versions "
-        f"0..{rep['prefix_end_version']}; load average "
-        f"{env['loadavg_before'][0]:.2f} before, {env['loadavg_after'][0]:.2f} after"
+        f"0..{rep['prefix_end_version']}; {benchlib.load_average(env)}"
     )
     print()
     print(
@@ -831,22 +718,20 @@ def print_report(rep: dict[str, Any]) -> None:
         print(
             f"{name:<20}{s['median_s']:>9.3f}{s['min_s']:>8.3f}{s['max_s']:>8.3f}"
             f"{s['rows_per_s'] / 1e6:>9.2f}{s['first_batch_s_median']:>12.3f}"
-            f"{_mib(s['peak_rss_median_kib']):>13}{_mib(s['rss_after_import_kib']):>12}"
+            f"{benchlib.mib(s['peak_rss_median_kib']):>13}"
+            f"{benchlib.mib(s['rss_after_import_kib']):>12}"
             f"{s['arrow_pool_peak_bytes'] / mb:>11.1f}"
             f"{','.join(str(n) for n in s['rows']):>10}"
             f"{','.join(str(n) for n in s['batches']):>9}"
         )
     for name, s in rep["readers"].items():
+        runs, cpu = benchlib.runs_and_cpu(s)
+        rss = f"{benchlib.mib(s['peak_rss_min_kib'])}..{benchlib.mib(s['peak_rss_max_kib'])}"
         print(
-            f"  {name:<18} runs (s): "
-            + " ".join(f"{x:.3f}" for x in s["runs_s"])
-            + f"; peak RSS {_mib(s['peak_rss_min_kib'])}..{_mib(s['peak_rss_max_kib'])} MiB"
-            f"; CPU user {s['user_s_median']:.2f} s + sys {s['sys_s_median']:.2f} s, "
-            f"{s['minor_faults_median'] / 1000:.0f}k page faults (medians); "
+            f"  {name:<18} runs (s): {runs}; peak RSS {rss} MiB; {cpu}; "
             f"batches of {s['min_batch_rows']}..{s['max_batch_rows']} rows"
         )
-        if s["modules_imported_in_timer"]:
-            print(f"  {name} imported inside the timer: {s['modules_imported_in_timer']}")
+        benchlib.print_imports_in_timer(name, s)
     print()
     t = rep["targets"]["throughput"]
     m = rep["targets"]["memory_independent_of_versions"]
@@ -855,35 +740,29 @@ def print_report(rep: dict[str, Any]) -> None:
         f"throughput: deltastream {ds['rows_per_s'] / 1e6:.2f} Mrows/s, "
         f"delta-rs {dr['rows_per_s'] / 1e6:.2f} Mrows/s"
     )
+    print(benchlib.target_line("throughput ratio deltastream/delta-rs (medians)  ", t, ">="))
     print(
-        f"throughput ratio deltastream/delta-rs (medians)  : {t['ratio']:.2f}x  "
-        f"(target >= {t['limit']}x)  {'PASS' if t['pass'] else 'FAIL'}"
-    )
-    print(
-        f"peak RSS deltastream vs delta-rs (full range)    : {_mib(ds['peak_rss_median_kib'])} "
-        f"vs {_mib(dr['peak_rss_median_kib'])} MiB = "
+        "peak RSS deltastream vs delta-rs (full range)    : "
+        f"{benchlib.mib(ds['peak_rss_median_kib'])} "
+        f"vs {benchlib.mib(dr['peak_rss_median_kib'])} MiB = "
         f"{rep['peak_rss_ratio_vs_delta_rs']:.2f}x  (no target)"
     )
     print(
-        f"deltastream peak RSS, full range vs prefix       : {_mib(m['full_peak_kib'])} vs "
-        f"{_mib(m['prefix_peak_kib'])} MiB = {m['ratio']:.2f}x, limit "
-        f"{_mib(m['limit_kib'])} MiB  {'PASS' if m['pass'] else 'FAIL'}"
+        "deltastream peak RSS, full range vs prefix       : "
+        f"{benchlib.mib(m['full_peak_kib'])} vs "
+        f"{benchlib.mib(m['prefix_peak_kib'])} MiB = {m['ratio']:.2f}x, limit "
+        f"{benchlib.mib(m['limit_kib'])} MiB  {benchlib.pass_fail(m['pass'])}"
     )
     print(f"  criterion: {m['criterion']}")
-    agr = rep["agreement"]
-    if agr["pass"]:
-        digest = rep["verification"]["deltastream"]["digest"]
-        print(
-            f"agreement: PASS (both readers give the writer's {sh['change_rows']} change rows "
-            f"and per (version, change type) counts, over both ranges; the same multiset of "
-            f"(id, _change_type, _commit_version), digest {digest[:16]}...)"
-        )
-    else:
-        print("agreement: FAIL")
-        for p in agr["problems"]:
-            print(f"  - {p}")
-    overall = agr["pass"] and t["pass"] and m["pass"]
-    print(f"RESULT: {'PASS' if overall else 'FAIL'}")
+    digest = rep["verification"]["deltastream"]["digest"]
+    benchlib.print_verdict(
+        rep["agreement"],
+        f"both readers give the writer's {sh['change_rows']} change rows "
+        f"and per (version, change type) counts, over both ranges; the same multiset of "
+        f"(id, _change_type, _commit_version), digest {digest[:16]}...",
+        t["pass"],
+        m["pass"],
+    )
 
 
 if __name__ == "__main__":

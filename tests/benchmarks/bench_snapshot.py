@@ -23,9 +23,9 @@ A standalone script (not a pytest test)::
 
    Each subprocess reports the wall time of just that operation (``time.perf_counter``),
    its peak RSS (``VmHWM``; ``ru_maxrss`` is also recorded but on Linux it inherits the
-   parent's high-water mark, see :func:`peak_rss_kib`), its CPU time and page faults, and
-   the number of live files. Each reader runs R times,
-   alternating which goes first, after one untimed warm-up run each.
+   parent's high-water mark, see :func:`benchlib.peak_rss_kib`), its CPU time and page
+   faults, and the number of live files. Each reader runs R times, alternating which goes
+   first, after one untimed warm-up run each.
 3. Checks that both readers agree with each other (and with the generator): same number of
    live files and the same set of paths. Exit status 2 if not.
 4. Prints a report with PASS/FAIL lines for the targets "deltastream time <= 1.5x delta-rs"
@@ -40,29 +40,25 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import random
-import shlex
 import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+# benchlib is next to this script: Python puts the script's directory first on sys.path.
+import benchlib
+
 #: Bump when the generated log changes, so that cached tables are rebuilt.
 GENERATOR_VERSION = 2
-MARKER = "_bench_shape.json"  # outside _delta_log: neither reader looks at it
 SEED = 20240611
 PARTITIONS = 25
 BASE_TS = 1_700_000_000_000
 TIME_TARGET = 1.5  # deltastream time <= 1.5x delta-rs
 RSS_TARGET = 1.0  # deltastream peak RSS <= delta-rs peak RSS
 
-READERS = ("deltastream", "delta-rs")
+READERS = benchlib.READERS
 
 SCHEMA = {
     "type": "struct",
@@ -74,10 +70,6 @@ SCHEMA = {
         {"name": "part", "type": "string", "nullable": True, "metadata": {}},
     ],
 }
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def paths_digest(paths: list[str]) -> str:
@@ -216,7 +208,8 @@ def build_table(root: Path, n_files: int, n_commits: int) -> dict[str, Any]:
         "live_files": len(gen.live),
         "paths_sha256": paths_digest([p for p, _, _ in gen.live]),
     }
-    (root / MARKER).write_text(json.dumps(shape, indent=1) + "\n")  # last: marks completion
+    # last: marks completion
+    (root / benchlib.MARKER).write_text(json.dumps(shape, indent=1) + "\n")
     return shape
 
 
@@ -224,16 +217,8 @@ def cached_shape(root: Path, n_files: int, n_commits: int) -> dict[str, Any] | N
     """The recorded shape of the table at ``root`` if it was built with these parameters
     and its log is complete; None if it must be (re)built. Refuses to touch a non-empty
     directory that this script did not build."""
-    if not root.exists():
-        return None
-    marker = root / MARKER
-    if not marker.exists():
-        if any(root.iterdir()):
-            sys.exit(f"error: {root} exists, is not empty and was not built by this script")
-        return None
-    try:
-        shape = json.loads(marker.read_text())
-    except ValueError:
+    shape = benchlib.read_marker(root)
+    if shape is None:
         return None
     log_dir = root / "_delta_log"
     ok = (
@@ -268,49 +253,14 @@ def log_sizes(root: Path) -> dict[str, int]:
 # --------------------------------------------------------------------------------------
 
 
-def peak_rss_kib() -> tuple[int, int]:
-    """(peak RSS of this process in KiB, raw ``ru_maxrss``).
-
-    On Linux ``ru_maxrss`` is not reset by fork/exec: a child started by a large parent
-    (this script after building the table holds ~0.5 GiB) reports at least the parent's
-    high-water mark. ``VmHWM`` in /proc/self/status belongs to the address space created
-    by exec, so it is the child's own peak; use it when available."""
-    import resource
-
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]), maxrss
-    except OSError:
-        pass
-    return maxrss, maxrss
-
-
 def worker(reader: str, table: str, paths_out: str | None, profile_out: str | None) -> None:
     """Runs in a fresh interpreter: import, time one listing, report one JSON line."""
-    import resource
-
     import pyarrow as pa
 
     if reader == "deltastream":
-        # pre-import what the reader imports lazily (anyio's backend, ...), so that imports
-        # stay out of the timer; the report lists any module imported while timing
-        import anyio._backends._asyncio
-        import anyio.to_thread
-        import pyarrow.compute
-        import pyarrow.parquet
-
-        import deltastream
-
+        deltastream = benchlib.import_deltastream()
         if profile_out:
-            # cProfile sees only the calling thread: run the parsing that deltastream hands
-            # to worker threads inline, so that it shows up in the profile.
-            async def run_inline(func: Any, *args: Any, **_: Any) -> Any:
-                return func(*args)
-
-            anyio.to_thread.run_sync = run_inline
+            benchlib.run_threads_inline()
 
         def op() -> pa.Table:
             snap = deltastream.read_snapshot(table)
@@ -330,26 +280,22 @@ def worker(reader: str, table: str, paths_out: str | None, profile_out: str | No
     else:
         raise SystemExit(f"unknown reader {reader!r}")
 
-    rss_after_import, _ = peak_rss_kib()
-    modules_before = set(sys.modules)
-    pool = pa.default_memory_pool()
+    meter = benchlib.Meter()
     profiler = None
     if profile_out:
         import cProfile
 
         profiler = cProfile.Profile()
         profiler.enable()
-    ru0 = resource.getrusage(resource.RUSAGE_SELF)
-    t0 = time.perf_counter()
+    meter.start()
     files = op()
     num_rows = files.num_rows
-    elapsed = time.perf_counter() - t0
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    meter.stop()
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(profile_out)
-    peak_rss, ru_maxrss = peak_rss_kib()  # before the verification work below
-    imported_in_timer = sorted(set(sys.modules) - modules_before)
+    peak_rss, ru_maxrss = benchlib.peak_rss_kib()  # before the verification work below
+    meter.finish()
 
     paths = files.column("path").to_pylist()
     digest = paths_digest(paths)
@@ -357,41 +303,26 @@ def worker(reader: str, table: str, paths_out: str | None, profile_out: str | No
         with open(paths_out, "w") as f:
             f.write("\n".join(sorted(paths)))
             f.write("\n")
-    result = {
-        "reader": reader,
-        "reader_version": version,
-        "seconds": elapsed,
-        "user_s": ru1.ru_utime - ru0.ru_utime,
-        "sys_s": ru1.ru_stime - ru0.ru_stime,
-        "minor_faults": ru1.ru_minflt - ru0.ru_minflt,
-        "peak_rss_kib": peak_rss,
-        "rss_after_import_kib": rss_after_import,
-        "ru_maxrss_kib": ru_maxrss,
-        "arrow_pool_peak_bytes": pool.max_memory(),
-        "arrow_pool_backend": pool.backend_name,
-        "live_files": num_rows,
-        "distinct_paths": len(set(paths)),
-        "paths_sha256": digest,
-        "modules_imported_in_timer": imported_in_timer,
-    }
-    print(json.dumps(result))
+    benchlib.emit(
+        {
+            "reader": reader,
+            "reader_version": version,
+            **meter.result(),
+            "peak_rss_kib": peak_rss,
+            "rss_after_import_kib": meter.after_import["VmHWM"],
+            "ru_maxrss_kib": ru_maxrss,
+            "live_files": num_rows,
+            "distinct_paths": len(set(paths)),
+            "paths_sha256": digest,
+        }
+    )
 
 
 def run_worker(
     reader: str, table: Path, paths_out: Path | None = None, profile_out: Path | None = None
 ) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", reader, "--table", str(table)]
-    if paths_out is not None:
-        cmd += ["--paths-out", str(paths_out)]
-    if profile_out is not None:
-        cmd += ["--profile-out", str(profile_out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-        sys.exit(
-            f"error: the {reader} subprocess failed (exit {proc.returncode}): {shlex.join(cmd)}"
-        )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    args = ["--paths-out", str(paths_out)] if paths_out is not None else []
+    return benchlib.run_worker(__file__, reader, table, args, profile_out)
 
 
 # --------------------------------------------------------------------------------------
@@ -400,27 +331,15 @@ def run_worker(
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    secs = [r["seconds"] for r in runs]
-    rss = [r["peak_rss_kib"] for r in runs]
-    return {
-        "median_s": statistics.median(secs),
-        "min_s": min(secs),
-        "max_s": max(secs),
-        "runs_s": secs,
-        "user_s_median": statistics.median(r["user_s"] for r in runs),
-        "sys_s_median": statistics.median(r["sys_s"] for r in runs),
-        "minor_faults_median": statistics.median(r["minor_faults"] for r in runs),
-        "peak_rss_median_kib": statistics.median(rss),
-        "peak_rss_max_kib": max(rss),
-        "rss_after_import_kib": statistics.median(r["rss_after_import_kib"] for r in runs),
-        "arrow_pool_peak_bytes": max(r["arrow_pool_peak_bytes"] for r in runs),
-        "live_files": sorted({r["live_files"] for r in runs}),
-        "paths_sha256": sorted({r["paths_sha256"] for r in runs}),
-        "reader_version": runs[0]["reader_version"],
-        "modules_imported_in_timer": sorted(
-            {m for r in runs for m in r["modules_imported_in_timer"]}
-        ),
-    }
+    return benchlib.summary(
+        runs,
+        after={
+            "arrow_pool_peak_bytes": {
+                "live_files": sorted({r["live_files"] for r in runs}),
+                "paths_sha256": sorted({r["paths_sha256"] for r in runs}),
+            }
+        },
+    )
 
 
 def _diff_paths(a: Path, b: Path) -> str:
@@ -434,77 +353,43 @@ def _diff_paths(a: Path, b: Path) -> str:
     )
 
 
-def _mib(kib: float) -> str:
-    return f"{kib / 1024:.1f}"
-
-
-def print_profile(profile_file: Path, top: int) -> None:
-    import pstats
-
-    for key in ("cumulative", "tottime"):
-        print(f"\n--- deltastream cProfile, top {top} by {key} ---")
-        stats = pstats.Stats(str(profile_file), stream=sys.stdout)
-        stats.strip_dirs().sort_stats(key).print_stats(top)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=200_000, help="adds in version 0")
     parser.add_argument("--commits", type=int, default=2000, help="JSON commits after it")
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs per reader")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per reader first")
-    parser.add_argument("--dir", type=Path, help="table directory (kept and reused)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument(
-        "--profile", action="store_true", help="also profile one deltastream run (cProfile)"
+    benchlib.add_common_options(
+        parser,
+        repeat=5,
+        repeat_help="timed runs per reader",
+        warmup_help="untimed runs per reader first",
     )
-    parser.add_argument("--profile-top", type=int, default=30)
-    # worker mode (internal)
-    parser.add_argument("--worker", choices=READERS, help=argparse.SUPPRESS)
-    parser.add_argument("--table", help=argparse.SUPPRESS)
-    parser.add_argument("--paths-out", help=argparse.SUPPRESS)
-    parser.add_argument("--profile-out", help=argparse.SUPPRESS)
+    parser.add_argument("--paths-out", help=argparse.SUPPRESS)  # worker mode (internal)
     args = parser.parse_args(argv)
 
     if args.worker:
         worker(args.worker, args.table, args.paths_out, args.profile_out)
         return 0
 
-    command = shlex.join([sys.executable, *sys.argv])
-    scratch = Path(tempfile.mkdtemp(prefix="deltastream-bench-"))
-    try:
+    command = benchlib.command_line()
+    with benchlib.scratch_dir() as scratch:
         root = args.dir.resolve() if args.dir is not None else scratch / "table"
-        shape = cached_shape(root, args.files, args.commits)
-        built_in = None
-        if shape is None:
-            log(f"building table at {root} ({args.files} files, {args.commits} commits)...")
-            t0 = time.perf_counter()
-            shape = build_table(root, args.files, args.commits)
-            built_in = time.perf_counter() - t0
-            log(f"built in {built_in:.1f} s")
-        else:
-            log(f"reusing table at {root}")
+        shape, built_in = benchlib.get_table(
+            root,
+            cached_shape(root, args.files, args.commits),
+            lambda: build_table(root, args.files, args.commits),
+            f"{args.files} files, {args.commits} commits",
+        )
         sizes = log_sizes(root)
 
-        load_before = os.getloadavg()
-        runs: dict[str, list[dict[str, Any]]] = {r: [] for r in READERS}
         path_files = {r: scratch / f"paths-{r}.txt" for r in READERS}
-        for _ in range(args.warmup):
-            for reader in READERS:
-                log(f"warm-up {reader}...")
-                run_worker(reader, root, path_files[reader])
-        for i in range(args.repeat):
-            order = READERS if i % 2 == 0 else READERS[::-1]
-            for reader in order:
-                res = run_worker(reader, root, None if runs[reader] else path_files[reader])
-                runs[reader].append(res)
-                log(
-                    f"run {i + 1}/{args.repeat} {reader:<11} {res['seconds']:.3f} s  "
-                    f"peak RSS {_mib(res['peak_rss_kib'])} MiB  {res['live_files']} files"
-                )
-
-        load_after = os.getloadavg()
+        runs, load_before, load_after = benchlib.measure(
+            READERS,
+            lambda reader, first: run_worker(reader, root, path_files[reader] if first else None),
+            repeat=args.repeat,
+            warmup=args.warmup,
+            width=11,
+            describe=lambda res: f"{res['live_files']} files",
+        )
         summ = {r: _summary(runs[r]) for r in READERS}
         ds, dr = summ["deltastream"], summ["delta-rs"]
 
@@ -542,11 +427,8 @@ def main(argv: list[str] | None = None) -> int:
         profile_file = None
         if args.profile:
             profile_file = scratch / "deltastream.prof"
-            log("profiling one deltastream run...")
+            benchlib.log("profiling one deltastream run...")
             prof_run = run_worker("deltastream", root, None, profile_file)
-
-        import deltalake
-        import pyarrow
 
         report = {
             "command": command,
@@ -555,16 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             "shape": {**shape, **sizes, "latest_version": args.commits},
             "repeat": args.repeat,
             "warmup": args.warmup,
-            "environment": {
-                "python": platform.python_version(),
-                "pyarrow": pyarrow.__version__,
-                "deltalake": deltalake.__version__,
-                "deltastream": ds["reader_version"],
-                "cpus": os.cpu_count(),
-                "platform": platform.platform(),
-                "loadavg_before": load_before,
-                "loadavg_after": load_after,
-            },
+            "environment": benchlib.environment(ds["reader_version"], load_before, load_after),
             "readers": summ,
             "time_ratio": time_ratio,
             "rss_ratio": rss_ratio,
@@ -578,19 +451,13 @@ def main(argv: list[str] | None = None) -> int:
             report["profile_run_s"] = prof_run["seconds"]
 
         if args.json:
-            print(json.dumps(report, indent=2))
+            benchlib.print_json(report)
         else:
             print_report(report)
             if profile_file is not None:
                 print(f"\n(profiled run: {prof_run['seconds']:.3f} s under cProfile)")
-                print_profile(profile_file, args.profile_top)
-        if not agree:
-            return 2
-        if args.strict and not (time_ok and rss_ok):
-            return 1
-        return 0
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+                benchlib.print_profile(profile_file, args.profile_top)
+        return benchlib.exit_status(agree, args.strict, time_ok, rss_ok)
 
 
 def print_report(rep: dict[str, Any]) -> None:
@@ -598,14 +465,7 @@ def print_report(rep: dict[str, Any]) -> None:
     env = rep["environment"]
     ds, dr = rep["readers"]["deltastream"], rep["readers"]["delta-rs"]
     mb = 1024 * 1024
-    built = (
-        f"built in {rep['table_built_in_s']:.1f} s"
-        if rep["table_built_in_s"] is not None
-        else "reused"
-    )
-    print("deltastream snapshot benchmark: list the live files")
-    print(f"command : {rep['command']}")
-    print(f"table   : {rep['table']} ({built})")
+    benchlib.print_header("deltastream snapshot benchmark: list the live files", rep)
     print(
         f"shape   : v0 = JSON commit with {sh['files']} adds + delta-rs checkpoint "
         f"({sh['checkpoint_bytes'] / mb:.1f} MiB); {sh['commits']} JSON commits after it "
@@ -616,19 +476,11 @@ def print_report(rep: dict[str, Any]) -> None:
         f"          latest version {sh['latest_version']}, {sh['live_files']} live files, "
         f"{sh['log_files']} files in _delta_log, {PARTITIONS} partitions"
     )
-    print(
-        f"env     : python {env['python']}, pyarrow {env['pyarrow']}, "
-        f"deltalake {env['deltalake']}, deltastream {env['deltastream']}, "
-        f"{env['cpus']} CPUs, {env['platform']}"
-    )
-    print(
-        f"method  : fresh subprocess per run, imports before the timer; "
-        f"{rep['repeat']} timed runs per reader (+{rep['warmup']} warm-up), alternating order"
-    )
+    benchlib.print_environment(env)
+    print(benchlib.method(rep, "reader"))
     print(
         "          peak RSS = VmHWM of the subprocess (incl. imports), CPU and page faults of the "
-        "timed operation; load average "
-        f"{env['loadavg_before'][0]:.2f} before, {env['loadavg_after'][0]:.2f} after"
+        f"timed operation; {benchlib.load_average(env)}"
     )
     print()
     print(
@@ -638,41 +490,26 @@ def print_report(rep: dict[str, Any]) -> None:
     for name, s in (("deltastream", ds), ("delta-rs", dr)):
         print(
             f"{name:<12}{s['median_s']:>10.3f}{s['min_s']:>9.3f}{s['max_s']:>9.3f}"
-            f"{_mib(s['peak_rss_median_kib']):>14}{_mib(s['rss_after_import_kib']):>14}"
+            f"{benchlib.mib(s['peak_rss_median_kib']):>14}"
+            f"{benchlib.mib(s['rss_after_import_kib']):>14}"
             f"{s['arrow_pool_peak_bytes'] / mb:>12.1f}"
             f"{','.join(str(n) for n in s['live_files']):>12}"
         )
     for name, s in (("deltastream", ds), ("delta-rs", dr)):
-        print(
-            f"  {name:<11} runs (s): "
-            + " ".join(f"{x:.3f}" for x in s["runs_s"])
-            + f"; CPU user {s['user_s_median']:.2f} s + sys {s['sys_s_median']:.2f} s, "
-            f"{s['minor_faults_median'] / 1000:.0f}k page faults (medians)"
-        )
-        if s["modules_imported_in_timer"]:
-            print(f"  {name} imported inside the timer: {s['modules_imported_in_timer']}")
+        runs, cpu = benchlib.runs_and_cpu(s)
+        print(f"  {name:<11} runs (s): {runs}; {cpu}")
+        benchlib.print_imports_in_timer(name, s)
     print()
     t, r = rep["targets"]["time"], rep["targets"]["peak_rss"]
-    print(
-        f"time ratio deltastream/delta-rs (median)     : {t['ratio']:.2f}x  "
-        f"(target <= {t['limit']}x)  {'PASS' if t['pass'] else 'FAIL'}"
+    print(benchlib.target_line("time ratio deltastream/delta-rs (median)     ", t, "<="))
+    print(benchlib.target_line("peak RSS ratio deltastream/delta-rs (median) ", r, "<="))
+    benchlib.print_verdict(
+        rep["agreement"],
+        f"both list the same {sh['live_files']} paths as the generator, "
+        f"sha256 {sh['paths_sha256'][:16]}...",
+        t["pass"],
+        r["pass"],
     )
-    print(
-        f"peak RSS ratio deltastream/delta-rs (median) : {r['ratio']:.2f}x  "
-        f"(target <= {r['limit']}x)  {'PASS' if r['pass'] else 'FAIL'}"
-    )
-    agr = rep["agreement"]
-    if agr["pass"]:
-        print(
-            f"agreement: PASS (both list the same {sh['live_files']} paths as the generator, "
-            f"sha256 {sh['paths_sha256'][:16]}...)"
-        )
-    else:
-        print("agreement: FAIL")
-        for p in agr["problems"]:
-            print(f"  - {p}")
-    overall = agr["pass"] and t["pass"] and r["pass"]
-    print(f"RESULT: {'PASS' if overall else 'FAIL'}")
 
 
 if __name__ == "__main__":
