@@ -6,7 +6,8 @@ file (or URI) and the problem, so a one-line CLI report is enough to start debug
     DeltaStreamError
     ├── InvalidArgumentError          a bad URI, option or version/timestamp argument
     ├── StorageError                  the object store failed (after retries)
-    │   └── ObjectNotFoundError       a key that must exist does not
+    │   ├── ObjectNotFoundError       a key that must exist does not
+    │   └── PreconditionFailedError   a conditional write lost to another writer
     ├── TableNotFoundError            the location holds no Delta table
     ├── LogError                      the log itself is not a valid Delta log
     │   ├── CorruptFileError          a log file cannot be parsed
@@ -52,6 +53,7 @@ __all__ = [
     "LogError",
     "MissingVersionsError",
     "ObjectNotFoundError",
+    "PreconditionFailedError",
     "SchemaChangeError",
     "StorageError",
     "TableNotFoundError",
@@ -83,6 +85,13 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
 
     def __init__(self, uri: str) -> None:
         super().__init__(uri, "not found")
+
+
+class PreconditionFailedError(StorageError):
+    """A conditional write found the object changed (or present) since it was last read."""
+
+    def __init__(self, uri: str, problem: str = "changed by another writer") -> None:
+        super().__init__(uri, problem)
 
 
 class TableNotFoundError(DeltaStreamError):

@@ -33,6 +33,9 @@ class ObjectMeta:
     key: str
     size: int
     last_modified_ms: int
+    #: A version tag (an S3 ETag; size and nanosecond mtime for local files) for conditional
+    #: writes; ``head`` always fills it, listings may leave it empty.
+    tag: str = ""
 
 
 @dataclass(slots=True)
@@ -116,6 +119,27 @@ class ObjectStore(AsyncClosable, ABC):
     @abstractmethod
     async def head(self, key: str) -> ObjectMeta:
         """Return the object's size and modification time without reading it."""
+
+    async def get_tagged(self, key: str) -> tuple[bytes, str]:
+        """Return the whole object and the version tag of exactly those bytes, for a later
+        conditional :meth:`put`. This default (a ``head`` then a ``get``) can pair a tag with
+        newer bytes; stores with an atomic read override it."""
+        meta = await self.head(key)
+        return await self.get(key), meta.tag
+
+    async def put(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
+        """Write ``data`` to ``key`` atomically (readers see the old or the new object, never
+        a mix) and return its new version tag.
+
+        ``if_match``: only if the object's current tag is this one (``""``: only if it does
+        not exist yet); otherwise :class:`~deltastream.errors.PreconditionFailedError`. This is
+        how one writer of a state directory keeps a second one from overwriting it.
+        """
+        raise StorageError(self.uri_for(key), "this store is read-only")
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key`` if it exists."""
+        raise StorageError(self.uri_for(key), "this store is read-only")
 
     async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
         """A random-access file over the object, for readers (such as pyarrow's parquet

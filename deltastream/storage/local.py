@@ -6,19 +6,55 @@ loop. Keys map to paths below the root unchanged: no percent-decoding happens he
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
-from collections.abc import AsyncIterator, Sequence
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import unquote
 
 import anyio.to_thread
 import pyarrow as pa
 
-from deltastream.errors import InvalidArgumentError, ObjectNotFoundError, StorageError
+from deltastream.errors import (
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StorageError,
+)
 from deltastream.storage.base import ObjectMeta, ObjectStore, check_byte_range
 
 __all__ = ["LocalStore"]
+
+
+def _tag_of(st: os.stat_result) -> str:
+    """A local file's version tag: its size, modification time and inode (a rename-replaced
+    file gets a new inode even when size and mtime happen to match)."""
+    return f"{st.st_size}-{st.st_mtime_ns}-{st.st_ino}"
+
+
+def _current_tag(path: Path) -> str:
+    try:
+        return _tag_of(path.stat())
+    except FileNotFoundError:
+        return ""
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold an advisory lock on ``directory`` so that a conditional write's check and rename
+    happen as one step with respect to other conditional writers (on this machine)."""
+    if not exclusive:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 class LocalStore(ObjectStore):
@@ -128,6 +164,66 @@ class LocalStore(ObjectStore):
         except OSError as e:
             raise StorageError(str(path), f"cannot open: {e.strerror or e}") from e
 
+    async def get_tagged(self, key: str) -> tuple[bytes, str]:
+        self.stats.get_requests += 1
+        return await anyio.to_thread.run_sync(self._read_tagged, key)
+
+    def _read_tagged(self, key: str) -> tuple[bytes, str]:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                # Files are replaced by rename, never rewritten in place, so the tag of the
+                # open file is the tag of the bytes read from it.
+                return f.read(), _tag_of(os.fstat(f.fileno()))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as e:
+            raise ObjectNotFoundError(str(path)) from e
+        except OSError as e:
+            raise StorageError(str(path), f"cannot read: {e.strerror or e}") from e
+
+    async def put(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
+        self.stats.put_requests += 1
+        return await anyio.to_thread.run_sync(self._put, key, data, if_match)
+
+    def _put(self, key: str, data: bytes, if_match: str | None) -> str:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Write beside the target and flush to disk before the rename: readers see the
+            # old or the new file, and a crash leaves at worst a stray temporary file.
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                with _directory_lock(path.parent, exclusive=if_match is not None):
+                    if if_match is not None:
+                        current = _current_tag(path)
+                        if current != if_match:
+                            raise PreconditionFailedError(
+                                str(path),
+                                "already exists" if if_match == "" else "changed by another writer",
+                            )
+                    os.replace(tmp, path)
+                    return _current_tag(path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except StorageError:
+            raise
+        except OSError as e:
+            raise StorageError(str(path), f"cannot write: {e.strerror or e}") from e
+
+    async def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            await anyio.to_thread.run_sync(path.unlink)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise StorageError(str(path), f"cannot delete: {e.strerror or e}") from e
+
     async def get_many(self, keys: Sequence[str]) -> list[bytes]:
         # One worker-thread hop for the whole batch: small log files are read far faster
         # sequentially than by paying a thread handoff per file.
@@ -146,4 +242,4 @@ class LocalStore(ObjectStore):
         if not stat.S_ISREG(st.st_mode):
             # A directory is a key prefix, not an object (get and list_from agree).
             raise ObjectNotFoundError(str(path))
-        return ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000)
+        return ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000, _tag_of(st))

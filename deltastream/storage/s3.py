@@ -8,6 +8,7 @@ with exponential backoff and full jitter; anything else fails at once.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import random
@@ -27,7 +28,12 @@ import pyarrow as pa
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
-from deltastream.errors import InvalidArgumentError, ObjectNotFoundError, StorageError
+from deltastream.errors import (
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StorageError,
+)
 from deltastream.storage.base import ObjectMeta, ObjectStore, check_byte_range
 
 __all__ = ["S3Options", "S3Store"]
@@ -353,6 +359,8 @@ class S3Store(ObjectStore):
                     raise ObjectNotFoundError(uri) from e
                 if code == "InvalidRange" or status == 416:
                     raise _RangeNotSatisfiableError() from e
+                if code == "PreconditionFailed" or status == 412:
+                    raise PreconditionFailedError(uri) from e
                 if not is_retryable(e) or attempt >= opts.max_attempts:
                     raise StorageError(
                         uri, f"{what} failed after {attempt} attempt(s): {code or status}: {e}"
@@ -436,6 +444,55 @@ class S3Store(ObjectStore):
             # The range starts past the end of the object: nothing there, as for local files.
             return b""
 
+    async def get_tagged(self, key: str) -> tuple[bytes, str]:
+        uri = self.uri_for(key)
+
+        async def fetch(client: Any) -> tuple[bytes, str]:
+            self.stats.get_requests += 1
+            resp = await client.get_object(Bucket=self.bucket, Key=self._full_key(key))
+            async with resp["Body"] as body:
+                data: bytes = await body.read()
+            return data, str(resp.get("ETag", ""))
+
+        return await self._call(uri, "GET", fetch)
+
+    async def put(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
+        uri = self.uri_for(key)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key), "Body": data}
+        if if_match == "":
+            kwargs["IfNoneMatch"] = "*"
+        elif if_match is not None:
+            kwargs["IfMatch"] = if_match
+
+        async def put_object(client: Any) -> Any:
+            self.stats.put_requests += 1
+            return await client.put_object(**kwargs)
+
+        try:
+            resp = await self._call(uri, "PUT", put_object)
+        except ObjectNotFoundError as e:
+            # S3 answers If-Match on a missing object with 404: the tag no longer holds.
+            raise PreconditionFailedError(uri, "no longer exists") from e
+        except PreconditionFailedError:
+            # A retried PUT whose first attempt did land (its response was lost) fails its
+            # own precondition; the object then holds exactly these bytes.
+            try:
+                current = await self.head(key)
+            except ObjectNotFoundError:
+                current = None
+            if current is not None and current.tag.strip('"') == hashlib.md5(data).hexdigest():
+                return current.tag
+            raise
+        return str(resp.get("ETag", ""))
+
+    async def delete(self, key: str) -> None:
+        uri = self.uri_for(key)
+
+        async def delete_object(client: Any) -> Any:
+            return await client.delete_object(Bucket=self.bucket, Key=self._full_key(key))
+
+        await self._call(uri, "DELETE", delete_object)
+
     async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
         """Small objects are downloaded whole (one request); larger ones are read with ranged
         GETs as the reader asks for them, so memory holds only what is being decoded."""
@@ -472,4 +529,5 @@ class S3Store(ObjectStore):
             key=key,
             size=int(resp["ContentLength"]),
             last_modified_ms=int(resp["LastModified"].timestamp() * 1000),
+            tag=str(resp.get("ETag", "")),
         )

@@ -10,6 +10,8 @@ the next requests instead, one fault per request, in order:
 * ``"denied"``:   ``403 AccessDenied``
 * ``"drop"``:     the request is read, then the connection is closed without a response
 * ``"reset"``:    the same, but the connection is aborted with a TCP RST
+* ``"lost"``:     the request is forwarded upstream (it takes effect), then the connection is
+  closed without relaying the response, as when a network drops a reply
 * ``"pass"``:     no fault: the request is forwarded (to let earlier requests through)
 
 Every response carries ``Connection: close`` so that each request uses a fresh connection
@@ -35,7 +37,7 @@ _ERRORS: dict[str, tuple[int, str, str]] = {
     "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
     "denied": (403, "AccessDenied", "Access Denied"),
 }
-FAULTS = (*_ERRORS, "drop", "reset", "pass")
+FAULTS = (*_ERRORS, "drop", "reset", "lost", "pass")
 
 _HOP_BY_HOP = frozenset(
     {
@@ -151,6 +153,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._forward(body)
             return
         self.proxy.record(Seen(self.command, self.path, fault))
+        if fault == "lost":
+            self._forward(body, relay=False)
+            return
         if fault in ("drop", "reset"):
             if fault == "reset":
                 # SO_LINGER with a zero timeout: close() aborts the connection with a RST.
@@ -176,8 +181,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(xml)
 
-    def _forward(self, body: bytes) -> None:
-        """Send the request upstream and relay the response."""
+    def _forward(self, body: bytes, *, relay: bool = True) -> None:
+        """Send the request upstream and relay the response (unless ``relay`` is false)."""
         upstream = http.client.HTTPConnection(
             self.proxy.upstream_host, self.proxy.upstream_port, timeout=30
         )
@@ -198,6 +203,8 @@ class _Handler(BaseHTTPRequestHandler):
             upstream.close()
         # Recorded before the client can see the response, so tests never race the proxy.
         self.proxy.record(Seen(self.command, self.path, f"forwarded {status}"))
+        if not relay:
+            return
         self.send_response_only(status, reason)
         has_length = False
         for name, value in headers:

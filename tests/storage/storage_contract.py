@@ -19,6 +19,7 @@ import pytest
 from deltastream.errors import (
     InvalidArgumentError,
     ObjectNotFoundError,
+    PreconditionFailedError,
     StorageError,
 )
 from deltastream.storage import ObjectMeta, ObjectStore
@@ -283,3 +284,57 @@ class StoreContract:
         with pytest.raises(ObjectNotFoundError) as info:
             await harness.store.get_many(keys)
         assert info.value.uri == harness.store.uri_for(missing)
+
+    # ---------------------------------------------------------------- writes
+
+    @pytest.mark.anyio
+    async def test_put_then_get_and_head(self, harness: Harness) -> None:
+        store = harness.store
+        tag = await store.put("state/a b%/position.json", b'{"v": 1}')
+        assert tag
+        assert await store.get("state/a b%/position.json") == b'{"v": 1}'
+        meta = await store.head("state/a b%/position.json")
+        assert (meta.size, meta.tag) == (8, tag)
+        assert await store.get_tagged("state/a b%/position.json") == (b'{"v": 1}', tag)
+        listed = await collect(store, "state/a b%/")
+        assert [m.key for m in listed] == ["state/a b%/position.json"]
+
+    @pytest.mark.anyio
+    async def test_put_replaces_and_changes_the_tag(self, harness: Harness) -> None:
+        store = harness.store
+        first = await store.put("s/k", b"one")
+        second = await store.put("s/k", b"two!")
+        assert second != first
+        assert await store.get_tagged("s/k") == (b"two!", second)
+
+    @pytest.mark.anyio
+    async def test_put_if_absent(self, harness: Harness) -> None:
+        store = harness.store
+        tag = await store.put("s/k", b"mine", if_match="")
+        with pytest.raises(PreconditionFailedError) as info:
+            await store.put("s/k", b"theirs", if_match="")
+        assert info.value.uri == store.uri_for("s/k")
+        assert await store.get_tagged("s/k") == (b"mine", tag)
+
+    @pytest.mark.anyio
+    async def test_put_if_match_fences_a_stale_writer(self, harness: Harness) -> None:
+        store = harness.store
+        base = await store.put("s/k", b"v1")
+        mine = await store.put("s/k", b"v2", if_match=base)
+        # A second writer still holding the first tag must lose, and change nothing.
+        with pytest.raises(PreconditionFailedError):
+            await store.put("s/k", b"stale", if_match=base)
+        with pytest.raises(PreconditionFailedError):
+            await store.put("s/missing", b"x", if_match=base)
+        assert await store.get("s/k") == b"v2"
+        assert await store.put("s/k", b"v3", if_match=mine)
+        assert await store.get("s/k") == b"v3"
+
+    @pytest.mark.anyio
+    async def test_delete(self, harness: Harness) -> None:
+        store = harness.store
+        await store.put("s/k", b"x")
+        await store.delete("s/k")
+        await not_found(store.get("s/k"))
+        await store.delete("s/k")  # deleting what is gone is not an error
+        assert await collect(store, "s/") == []

@@ -20,7 +20,12 @@ import pytest
 from fault_proxy import FaultProxy
 from storage_contract import Harness, StoreContract, byte_order, collect
 
-from deltastream.errors import InvalidArgumentError, ObjectNotFoundError, StorageError
+from deltastream.errors import (
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StorageError,
+)
 from deltastream.storage import S3Options, S3Store, StoreStats, open_store
 
 PREFIX = "tables/t1"
@@ -635,6 +640,39 @@ async def test_not_found_is_not_retried(
     assert str(info.value) == f"{store.uri_for(missing)}: not found"
     assert store.stats.retries == 0
     assert [s.outcome for s in fault_proxy.seen] == ["forwarded 404"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("conditional", ["absent", "match"])
+async def test_conditional_put_whose_reply_was_lost_succeeds(
+    proxied: Callable[..., S3Store], fault_proxy: FaultProxy, conditional: str
+) -> None:
+    """The first PUT lands but its reply is lost; the re-sent PUT then fails its own
+    precondition. The store must see that the object holds its bytes and succeed."""
+    store = proxied()
+    key = f"state/lost-{conditional}.json"
+    await store.delete(key)
+    if_match = "" if conditional == "absent" else await store.put(key, b"before")
+    fault_proxy.reset()
+    fault_proxy.inject("lost", "lost")
+    tag = await store.put(key, b"after", if_match=if_match)
+    assert await store.get_tagged(key) == (b"after", tag)
+    outcomes = [s.outcome for s in fault_proxy.seen]
+    assert outcomes.count("forwarded 412") >= 1, outcomes
+
+
+@pytest.mark.anyio
+async def test_conditional_put_conflict_is_not_masked_by_the_retry_check(
+    proxied: Callable[..., S3Store],
+) -> None:
+    store = proxied()
+    key = "state/conflict.json"
+    await store.delete(key)
+    stale = await store.put(key, b"v1")
+    await store.put(key, b"v2")
+    with pytest.raises(PreconditionFailedError):
+        await store.put(key, b"v3", if_match=stale)
+    assert await store.get(key) == b"v2"
 
 
 def test_fault_proxy_shuts_down_cleanly(s3_server: Any) -> None:
