@@ -10,12 +10,14 @@ column is ``R/W`` with optional reader and writer feature lists, or ``?/?``.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
-from conftest import CORPORA
+from conftest import CORPORA, ROOT
 
 _PROTOCOL = re.compile(r"^(\d+|\?)/(\d+|\?)(?:\s+r\[([^\]]*)\])?(?:\s+w\[([^\]]*)\])?$")
 
@@ -76,3 +78,16 @@ def corpus_tables() -> tuple[CorpusTable, ...]:
             )
         )
     return tuple(out)
+
+
+@cache
+def corpora_cases() -> ModuleType:
+    """``tests/snapshot/test_corpora.py``, which decides which corpus tables must fail to
+    load (``expected_error``) and which delta-rs reads; loaded by path, since test
+    directories are not packages."""
+    path = ROOT / "tests" / "snapshot" / "test_corpora.py"
+    spec = importlib.util.spec_from_file_location("_corpora_cases", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

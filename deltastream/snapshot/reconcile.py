@@ -244,7 +244,8 @@ class CommitBatch:
         """Keys of the files this batch touches, raw or canonicalised."""
         if canonical not in self._touched:
             keys = action_keys(self.winners, self.table_root, canonical)
-            self._touched[canonical] = pc.unique(keys).combine_chunks()  # type: ignore[union-attr]
+            # ``unique`` returns one Array, whether ``keys`` is chunked or not.
+            self._touched[canonical] = cast("pa.Array[Any]", pc.unique(keys))
         return self._touched[canonical]
 
     def keep_mask(self, rows: pa.Table) -> AnyArray:
