@@ -8,6 +8,7 @@ file (or URI) and the problem, so a one-line CLI report is enough to start debug
     ├── StorageError                  the object store failed (after retries)
     │   ├── ObjectNotFoundError       a key that must exist does not
     │   └── PreconditionFailedError   a conditional write lost to another writer
+    │       └── StateConflictError    another tailer wrote this stream's state
     ├── TableNotFoundError            the location holds no Delta table
     ├── LogError                      the log itself is not a valid Delta log
     │   ├── CorruptFileError          a log file cannot be parsed
@@ -25,9 +26,11 @@ file (or URI) and the problem, so a one-line CLI report is enough to start debug
     ├── DataFileError                 a data or change-data file cannot be read as the log says
     │   └── DataFileNotFoundError     ... because it is gone (vacuumed)
     ├── DeletionVectorError           a deletion vector is missing, corrupt or inconsistent
-    └── ChangeDataError               the change data feed cannot be produced for a range
-        ├── ChangeDataNotEnabledError versions changed rows while the feed was off
-        └── SchemaChangeError         the range crosses a schema change it cannot read safely
+    ├── ChangeDataError               the change data feed cannot be produced for a range
+    │   ├── ChangeDataNotEnabledError versions changed rows while the feed was off
+    │   └── SchemaChangeError         the range crosses a schema change it cannot read safely
+    └── SinkError                     a sink cannot deliver rows (retrying would not help)
+        └── HttpStatusError           an HTTP sink's endpoint rejected a delivery
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "DataFileNotFoundError",
     "DeletionVectorError",
     "DeltaStreamError",
+    "HttpStatusError",
     "IncompleteCheckpointError",
     "InvalidArgumentError",
     "InvalidTableStateError",
@@ -55,6 +59,8 @@ __all__ = [
     "ObjectNotFoundError",
     "PreconditionFailedError",
     "SchemaChangeError",
+    "SinkError",
+    "StateConflictError",
     "StorageError",
     "TableNotFoundError",
     "TimestampOutOfRangeError",
@@ -92,6 +98,10 @@ class PreconditionFailedError(StorageError):
 
     def __init__(self, uri: str, problem: str = "changed by another writer") -> None:
         super().__init__(uri, problem)
+
+
+class StateConflictError(PreconditionFailedError):
+    """Another tailer wrote this stream's state since this one last did."""
 
 
 class TableNotFoundError(DeltaStreamError):
@@ -279,3 +289,29 @@ class SchemaChangeError(ChangeDataError):
         super().__init__(f"{uri}: version {version} {problem}")
         self.uri = uri
         self.version = version
+
+
+class SinkError(DeltaStreamError):
+    """A sink could not deliver rows and retrying would not help (or the retries ran out).
+
+    ``sink`` names the destination (a URL, a command), ``problem`` says what went wrong.
+    """
+
+    def __init__(self, sink: str, problem: str) -> None:
+        super().__init__(f"{sink}: {problem}")
+        self.sink = sink
+        self.problem = problem
+
+
+class HttpStatusError(SinkError):
+    """The HTTP endpoint answered with a status that retrying cannot fix (a 4xx other than
+    408, 409 and 429, or a redirect). ``body`` is the start of the response body."""
+
+    def __init__(self, url: str, status: int, reason: str, body: str) -> None:
+        problem = f"POST rejected with HTTP {status} {reason}".rstrip()
+        if body:
+            problem += f": {body}"
+        super().__init__(url, problem)
+        self.url = url
+        self.status = status
+        self.body = body

@@ -1,18 +1,9 @@
-"""The change data feed: the row changes of a range of versions, as record batches.
+"""The change data feed of a range of versions, as record batches.
 
-For each version, per the protocol's "Reader Requirements for AddCDCFile":
-
-* if it has ``cdc`` actions, only those files are read; their ``_change_type`` column says
-  what each row is (``insert``, ``delete``, ``update_preimage``, ``update_postimage``);
-* otherwise ``add`` actions with ``dataChange=true`` give ``insert`` rows and ``remove``
-  actions with ``dataChange=true`` give ``delete`` rows; ``dataChange=false`` gives nothing.
-  When a remove and an add of one version name the same data file with different deletion
-  vectors, only the difference is emitted, from that one file: rows in (add DV − remove DV)
-  are deletes, rows in (remove DV − add DV) are inserts.
-
-Every row gets ``_commit_version`` and ``_commit_timestamp`` (the in-commit timestamp when
-the table enables it for that version, else the commit file's modification time, in UTC
-microseconds). Output follows ``_commit_version``, then the order of actions in the commit.
+What each version produces is :mod:`deltastream.changes.versions`' business; this module
+validates and reads a whole range. Output follows ``_commit_version``, then the order of
+actions in each commit. ``_commit_timestamp`` is the in-commit timestamp when the table
+enables it for that version, else the commit file's modification time (UTC microseconds).
 
 The whole range is validated before the first row is produced: every commit must still
 exist; versions that changed rows while ``delta.enableChangeDataFeed`` was off are refused
@@ -24,29 +15,23 @@ from __future__ import annotations
 
 import array
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, cast
+from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyroaring import BitMap64
 
-from deltastream.changes.deletion_vectors import load_deletion_vector
+from deltastream.changes.evolution import schema_problem
 from deltastream.changes.reader import FileRead, ReadSchema, read_files
-from deltastream.changes.scan import data_columns
 from deltastream.changes.schema import (
-    ArrayType,
-    ColumnMappingMode,
-    DataType,
-    DecimalType,
-    MapType,
-    PrimitiveType,
-    StructField,
-    StructType,
     column_mapping_mode,
     table_schema,
 )
 from deltastream.changes.stream import BatchStream
+from deltastream.changes.versions import (
+    CDF_FIELDS,
+    ChangePlanner,
+    ChangeSchemas,
+    removes_data,
+)
 from deltastream.errors import (
     ChangeDataNotEnabledError,
     CorruptCommitError,
@@ -55,13 +40,12 @@ from deltastream.errors import (
     SchemaChangeError,
     TimestampOutOfRangeError,
 )
-from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
+from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import LogFile
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.loader import (
-    load_snapshot,
     load_table_state,
     read_log_files,
     resolve_version_at,
@@ -72,83 +56,14 @@ from deltastream.storage.base import ObjectStore
 __all__ = ["CDF_FIELDS", "CHANGE_DATA_FEED", "open_changes"]
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
-CDF_FIELDS = (
-    pa.field("_change_type", pa.string()),
-    pa.field("_commit_version", pa.int64()),
-    pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
-)
 #: Commits read per round trip.
 _COMMIT_CHUNK = 64
 #: File actions kept in memory between validation and output (beyond: read again).
 _CACHE_ACTIONS = 1_000_000
 
-# Type changes a reader can follow by casting older files to the newer type.
-_INTEGERS = ("byte", "short", "integer", "long")
-_WIDENINGS = {
-    ("byte", "short"), ("byte", "integer"), ("byte", "long"),
-    ("short", "integer"), ("short", "long"), ("integer", "long"),
-    ("float", "double"), ("byte", "double"), ("short", "double"), ("integer", "double"),
-    ("date", "timestamp_ntz"),
-}  # fmt: skip
-
 
 def _cdf_enabled(metadata: Metadata) -> bool:
     return metadata.configuration.get(CHANGE_DATA_FEED, "false").lower() == "true"
-
-
-def _changes_rows(actions: LogActions) -> bool:
-    """Whether a commit (without cdc files) removes data files, i.e. deletes or rewrites rows."""
-    remove = actions.file_actions.column("remove")
-    if remove.null_count == len(remove):
-        return False
-    changed = pc.and_(
-        pc.is_valid(remove), pc.fill_null(pc.struct_field(remove, "dataChange"), False)
-    )
-    return bool(pc.any(changed).as_py())
-
-
-def _identity(f: StructField, mode: ColumnMappingMode) -> str | int:
-    """What identifies a column across schema versions (renames keep it under mapping)."""
-    if mode is ColumnMappingMode.ID and f.field_id is not None:
-        return f.field_id
-    return f.physical_name(mode) if mode is ColumnMappingMode.NAME else f.name
-
-
-def _widens(old: DataType, new: DataType) -> bool:
-    if old == new:
-        return True
-    if isinstance(old, PrimitiveType) and isinstance(new, PrimitiveType):
-        return (old.name, new.name) in _WIDENINGS
-    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
-        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
-    if isinstance(old, PrimitiveType) and isinstance(new, DecimalType) and old.name in _INTEGERS:
-        digits = {"byte": 3, "short": 5, "integer": 10, "long": 20}[old.name]
-        return new.precision - new.scale >= digits
-    return False
-
-
-def _schema_problem(old: DataType, new: DataType, mode: ColumnMappingMode, path: str) -> str | None:
-    """Why files written with ``old`` cannot be read as ``new`` (``None`` if they can)."""
-    if isinstance(old, StructType) and isinstance(new, StructType):
-        by_id = {_identity(f, mode): f for f in new.fields}
-        for f in old.fields:
-            g = by_id.get(_identity(f, mode))
-            name = f"{path}.{f.name}" if path else f.name
-            if g is None:
-                return f"drops column {name!r}"
-            problem = _schema_problem(f.type, g.type, mode, name)
-            if problem:
-                return problem
-        return None
-    if isinstance(old, ArrayType) and isinstance(new, ArrayType):
-        return _schema_problem(old.element_type, new.element_type, mode, f"{path}.element")
-    if isinstance(old, MapType) and isinstance(new, MapType):
-        return _schema_problem(old.key_type, new.key_type, mode, f"{path}.key") or _schema_problem(
-            old.value_type, new.value_type, mode, f"{path}.value"
-        )
-    if _widens(old, new):
-        return None
-    return f"changes the type of column {path!r} from {old} to {new}"
 
 
 @dataclass
@@ -196,7 +111,7 @@ async def _validate(store: ObjectStore, start: int, end: int, *, infer_without_c
                     metadata = actions.metadata
                     new_schema = table_schema(metadata)
                     new_mode = column_mapping_mode(protocol, metadata)
-                    problem = _schema_problem(schema, new_schema, new_mode, "")
+                    problem = schema_problem(schema, new_schema, new_mode)
                     if problem:
                         raise SchemaChangeError(
                             uri,
@@ -204,7 +119,7 @@ async def _validate(store: ObjectStore, start: int, end: int, *, infer_without_c
                             f"{problem}; read the changes before and after it separately",
                         )
                     schema = new_schema
-            if not actions.cdc and not _cdf_enabled(metadata) and _changes_rows(actions):
+            if not actions.cdc and not _cdf_enabled(metadata) and removes_data(actions):
                 disabled.append(v)
             if ict_enabled_at(metadata, v):
                 info = actions.commit_info
@@ -297,32 +212,13 @@ async def open_changes(
     )
     if bounds is None:
         state, _ = await load_table_state(store)
-        assert state.metadata is not None
-        schema = table_schema(state.metadata)
-        selected = tuple(columns) if columns else data_columns(schema)
-        arrow = pa.schema([*schema.select(selected).to_arrow(), *CDF_FIELDS])
-        return BatchStream(arrow, _nothing())
+        assert state.protocol is not None and state.metadata is not None
+        empty = ChangeSchemas.build(state.protocol, state.metadata, columns)
+        return BatchStream(empty.output_schema, _nothing())
     start, end, _ = bounds
     plan = await _validate(store, start, end, infer_without_cdf=infer_without_cdf)
-    schema = table_schema(plan.metadata)
-    selected = tuple(columns) if columns else data_columns(schema)
-    schema.select(selected)
-    inferred_schema = ReadSchema(
-        table_schema=schema,
-        columns=selected,
-        partition_columns=plan.metadata.partition_columns,
-        mode=column_mapping_mode(plan.protocol, plan.metadata),
-        constant_fields=CDF_FIELDS,
-    )
-    # Change-data files carry _change_type themselves.
-    cdc_schema = replace(
-        inferred_schema,
-        file_columns=(("_change_type", pa.string()),),
-        constant_fields=CDF_FIELDS[1:],
-    )
-    return BatchStream(
-        inferred_schema.output_schema, _changes(store, plan, cdc_schema, inferred_schema)
-    )
+    schemas = ChangeSchemas.build(plan.protocol, plan.metadata, columns)
+    return BatchStream(schemas.output_schema, read_files(store, _tasks(store, plan, schemas)))
 
 
 async def _nothing() -> AsyncIterator[pa.RecordBatch]:
@@ -330,18 +226,11 @@ async def _nothing() -> AsyncIterator[pa.RecordBatch]:
     yield  # pragma: no cover - makes this an async generator
 
 
-async def _changes(
-    store: ObjectStore, plan: _Range, cdc_schema: ReadSchema, inferred_schema: ReadSchema
-) -> AsyncIterator[pa.RecordBatch]:
-    async for batch in read_files(store, _tasks(store, plan, cdc_schema, inferred_schema)):
-        yield batch
-
-
 async def _tasks(
-    store: ObjectStore, plan: _Range, cdc_schema: ReadSchema, inferred_schema: ReadSchema
+    store: ObjectStore, plan: _Range, schemas: ChangeSchemas
 ) -> AsyncIterator[tuple[FileRead, ReadSchema]]:
     """The files to read, version after version, in output order."""
-    planner = _Planner(store, inferred_schema.partition_columns)
+    planner = ChangePlanner(store)
     for i in range(0, len(plan.commits), _COMMIT_CHUNK):
         chunk = plan.commits[i : i + _COMMIT_CHUNK]
         uncached = [f for f in chunk if f.version not in plan.cached]
@@ -351,124 +240,5 @@ async def _tasks(
         for f in chunk:
             v = f.version
             actions = plan.cached.pop(v, None) or fresh[v]
-            timestamp_us = plan.timestamps_ms[v - plan.start] * 1000
-            if len(actions.cdc):
-                cdc_rows = cast(
-                    list[dict[str, Any]], actions.cdc.to_pylist(maps_as_pydicts="strict")
-                )
-                for cdc in cdc_rows:
-                    task = FileRead(
-                        path=cdc["path"],
-                        partition_values=cdc["partitionValues"] or {},
-                        size=cdc["size"],
-                        version=v,
-                        constants=(v, timestamp_us),
-                    )
-                    yield task, cdc_schema
-                continue
-            for task in await planner.inferred(v, actions, timestamp_us):
-                yield task, inferred_schema
-
-
-class _Planner:
-    """Turns the add/remove actions of a version without cdc files into file reads."""
-
-    def __init__(self, store: ObjectStore, partition_columns: tuple[str, ...]) -> None:
-        self.store = store
-        self.partition_columns = partition_columns
-        self._dvs: dict[str, BitMap64] = {}
-
-    async def _bitmap(self, action: dict[str, object]) -> BitMap64:
-        raw = action.get("deletionVector")
-        if raw is None:
-            return BitMap64()
-        assert isinstance(raw, dict)
-        descriptor = DeletionVectorDescriptor.from_json(raw)
-        key = descriptor.unique_id
-        if key not in self._dvs:
-            self._dvs[key] = await load_deletion_vector(
-                self.store, descriptor, data_file=str(action["path"])
-            )
-        return self._dvs[key]
-
-    async def _partition_values(
-        self, version: int, remove: dict[str, object]
-    ) -> dict[str, str | None]:
-        values = remove.get("partitionValues")
-        if isinstance(values, dict):
-            return values
-        if not self.partition_columns:
-            return {}
-        # An old writer's remove without extendedFileMetadata: the values are those of the
-        # file's add, live in the version before.
-        snapshot = await load_snapshot(self.store, version - 1)
-        path = remove["path"]
-        for f in snapshot.iter_files():
-            if f.path == path:
-                return dict(f.partition_values)
-        return {}
-
-    async def inferred(
-        self, version: int, actions: LogActions, timestamp_us: int
-    ) -> list[FileRead]:
-        self._dvs.clear()
-        rows = actions.file_actions.to_pylist(maps_as_pydicts="strict")
-        adds = {r["add"]["path"]: r["add"] for r in rows if r["add"] and r["add"]["dataChange"]}
-        removes = {
-            r["remove"]["path"]: r["remove"]
-            for r in rows
-            if r["remove"] and r["remove"]["dataChange"]
-        }
-        tasks: list[FileRead] = []
-        for row in rows:
-            add, remove = row["add"], row["remove"]
-            if add is not None and add["dataChange"]:
-                path = add["path"]
-                added = await self._bitmap(add)
-                constants = ("insert", version, timestamp_us)
-                if path in removes:
-                    restored = (await self._bitmap(removes[path])) - added
-                    if restored:
-                        tasks.append(self._task(add, version, constants, include=restored))
-                else:
-                    tasks.append(self._task(add, version, constants, exclude=added))
-            elif remove is not None and remove["dataChange"]:
-                path = remove["path"]
-                removed = await self._bitmap(remove)
-                constants = ("delete", version, timestamp_us)
-                if path in adds:
-                    deleted = (await self._bitmap(adds[path])) - removed
-                    if deleted:
-                        tasks.append(self._task(adds[path], version, constants, include=deleted))
-                else:
-                    values = await self._partition_values(version, remove)
-                    tasks.append(
-                        self._task(
-                            {**remove, "partitionValues": values},
-                            version,
-                            constants,
-                            exclude=removed,
-                        )
-                    )
-        return tasks
-
-    @staticmethod
-    def _task(
-        action: dict[str, object],
-        version: int,
-        constants: tuple[object, ...],
-        *,
-        exclude: BitMap64 | None = None,
-        include: BitMap64 | None = None,
-    ) -> FileRead:
-        size = action.get("size")
-        values = action.get("partitionValues")
-        return FileRead(
-            path=str(action["path"]),
-            partition_values=values if isinstance(values, dict) else {},
-            size=size if isinstance(size, int) else None,
-            version=version,
-            exclude=exclude if exclude else None,
-            include=include,
-            constants=constants,
-        )
+            for task in await planner.plan(v, actions, plan.timestamps_ms[v - plan.start], schemas):
+                yield task

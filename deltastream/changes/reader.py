@@ -15,11 +15,12 @@ queues, so a read of any size holds a few batches per file in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -49,7 +50,15 @@ from deltastream.errors import (
 )
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["BATCH_ROWS", "DEFAULT_CONCURRENCY", "FileRead", "ReadSchema", "read_files"]
+__all__ = [
+    "BATCH_ROWS",
+    "DEFAULT_CONCURRENCY",
+    "FileRead",
+    "MissingFileHandler",
+    "ReadSchema",
+    "read_file_batches",
+    "read_files",
+]
 
 #: Rows per record batch produced by readers.
 BATCH_ROWS = 65_536
@@ -433,9 +442,30 @@ async def read_files(
     queue, so memory holds a few batches per file in flight whatever the number of files.
     Tasks are pulled from ``tasks`` only as room frees up. (asyncio only, like the S3 store.)
     """
+    async with contextlib.aclosing(
+        read_file_batches(store, tasks, concurrency=concurrency)
+    ) as pairs:
+        async for _, batch in pairs:
+            yield batch
+
+
+#: Decides about a data file that is gone: ``True`` skips it, ``False`` raises the error.
+MissingFileHandler = Callable[[FileRead, DataFileNotFoundError], bool]
+
+
+async def read_file_batches(
+    store: ObjectStore,
+    tasks: AsyncIterator[tuple[FileRead, ReadSchema]],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    on_missing: MissingFileHandler | None = None,
+) -> AsyncGenerator[tuple[FileRead, pa.RecordBatch]]:
+    """:func:`read_files`, with each batch paired with the read it came from. A file that
+    does not exist raises :class:`DataFileNotFoundError` unless ``on_missing`` says to skip
+    it."""
     loop = asyncio.get_running_loop()
     executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="deltastream-read")
-    pending: deque[tuple[_FileQueue, Future[None], pa.NativeFile]] = deque()
+    pending: deque[tuple[FileRead, _FileQueue, Future[None], pa.NativeFile]] = deque()
     exhausted = False
     try:
         while True:
@@ -453,20 +483,23 @@ async def read_files(
                 try:
                     handle = await file_store.open_file(key, task.size)
                 except ObjectNotFoundError as e:
-                    raise DataFileNotFoundError(source, task.version) from e
+                    missing = DataFileNotFoundError(source, task.version)
+                    if on_missing is not None and on_missing(task, missing):
+                        continue
+                    raise missing from e
                 queue = _FileQueue(loop)
                 job = executor.submit(_decode, source, handle, task, schema, queue)
-                pending.append((queue, job, handle))
+                pending.append((task, queue, job, handle))
             if not pending:
                 return
-            queue = pending[0][0]
+            task, queue = pending[0][0], pending[0][1]
             while (item := await queue.get()) is not _END:
                 if isinstance(item, BaseException):
                     raise item
-                yield cast(pa.RecordBatch, item)
+                yield task, cast(pa.RecordBatch, item)
             pending.popleft()
     finally:
-        for queue, job, handle in pending:
+        for _, queue, job, handle in pending:
             queue.close()  # workers still decoding stop at their next batch
             if job.cancel():  # never started: its file is still open
                 handle.close()

@@ -1,7 +1,8 @@
 """Async object stores: the only layer that touches files or the network.
 
 :func:`open_store` turns a table URI (a local path, ``file://`` URI or ``s3://bucket/prefix``)
-into an :class:`ObjectStore` rooted at that location.
+into an :class:`ObjectStore` rooted at that location; :meth:`ObjectStore.watch` may offer a
+:class:`ChangeFeed` that wakes a follower when objects appear in a directory.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from deltastream.errors import InvalidArgumentError
-from deltastream.storage.base import ObjectMeta, ObjectStore, StoreStats
+from deltastream.storage.base import ChangeFeed, ObjectMeta, ObjectStore, StoreStats
 from deltastream.storage.local import LocalStore
 
 if TYPE_CHECKING:
     from deltastream.storage.s3 import S3Options, S3Store
 
 __all__ = [
+    "ChangeFeed",
     "LocalStore",
     "ObjectMeta",
     "ObjectStore",

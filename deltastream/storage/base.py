@@ -4,6 +4,9 @@ A store is rooted at one location (a table's root directory or ``s3://bucket/pre
 addresses objects by *keys*: ``/``-separated paths relative to that root, already decoded
 (a key may contain spaces, ``%``, ``=`` or any Unicode character). Stores are the only part
 of deltastream that touches files or the network.
+
+A store may also offer a :class:`ChangeFeed` (:meth:`ObjectStore.watch`): wake-ups when
+objects may have appeared in a directory, so that a follower need not wait for its next poll.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ import pyarrow as pa
 
 from deltastream.errors import InvalidArgumentError, StorageError
 
-__all__ = ["AsyncClosable", "ObjectMeta", "ObjectStore", "StoreStats", "check_byte_range"]
+__all__ = [
+    "AsyncClosable",
+    "ChangeFeed",
+    "ObjectMeta",
+    "ObjectStore",
+    "SignalledChangeFeed",
+    "StoreStats",
+    "check_byte_range",
+]
 
 T = TypeVar("T")
 
@@ -72,6 +83,74 @@ class AsyncClosable:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class ChangeFeed(AsyncClosable, ABC):
+    """Wake-ups when objects may have appeared directly under one directory of a store.
+
+    A feed is a hint, never the source of truth: it may miss a change (callers keep polling
+    as a safety net) and may wake when nothing new is there (callers list and find nothing).
+    ``aclose()`` stops it; leaving ``async with`` does too.
+    """
+
+    @abstractmethod
+    async def wait(self) -> None:
+        """Return when something probably changed since the previous ``wait`` returned (or
+        since the feed was opened). Cancellable, losing nothing: a change seen while no one
+        waits is reported by the next call.
+
+        Raises :class:`~deltastream.errors.StorageError` (naming the directory) when the feed
+        is closed or has failed; a failed feed never wakes again, so open a new one (or poll).
+        """
+
+
+class SignalledChangeFeed(ChangeFeed):
+    """A feed whose producer (a thread or a task beside it) reports to the event loop:
+    :meth:`_signal` when something changed, :meth:`_fail` when it cannot go on.
+
+    Both must be called from the event loop's thread. Subclasses stop their producer in
+    ``aclose`` and then call this class's ``aclose``.
+    """
+
+    def __init__(self, uri: str) -> None:
+        #: The watched directory, for messages.
+        self.uri = uri
+        self._pending = False
+        self._error: tuple[str, BaseException | None] | None = None
+        self._closed = False
+        self._event = anyio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _signal(self) -> None:
+        self._pending = True
+        self._event.set()
+
+    def _fail(self, problem: str, cause: BaseException | None = None) -> None:
+        if self._error is None:
+            self._error = (problem, cause)
+        self._event.set()
+
+    async def wait(self) -> None:
+        while True:
+            if self._closed:
+                raise StorageError(self.uri, "change feed is closed")
+            if self._pending:
+                self._pending = False
+                return
+            if self._error is not None:
+                # A fresh exception per call: re-raising one object would grow its traceback.
+                problem, cause = self._error
+                raise StorageError(self.uri, problem) from cause
+            if self._event.is_set():
+                self._event = anyio.Event()
+            await self._event.wait()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._event.set()
 
 
 class ObjectStore(AsyncClosable, ABC):
@@ -148,6 +227,13 @@ class ObjectStore(AsyncClosable, ABC):
         cheaper random access override it. Reads may have to be made from an anyio worker
         thread (``anyio.to_thread.run_sync``), never from the event loop itself."""
         return pa.BufferReader(await self.get(key))
+
+    async def watch(self, directory: str) -> ChangeFeed | None:
+        """A change feed for ``directory`` (a key prefix ending in ``/``, or ``""`` for the
+        root), or None when this store offers none (this default) or cannot watch that
+        directory now. The feed sees changes from the moment this returns; the caller closes
+        it (closing the store closes it too)."""
+        return None
 
     def resolve(self, path: str) -> tuple[ObjectStore, str]:
         """The store and key of a path as the Delta log writes it.

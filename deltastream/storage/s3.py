@@ -4,20 +4,27 @@ The client is created lazily on first use and closed by :meth:`S3Store.aclose`. 
 retried by this module (botocore's own retries are switched off so that there is exactly one
 policy): throttling (``503 SlowDown`` and friends), any 5xx and connection errors are retried
 with exponential backoff and full jitter; anything else fails at once.
+
+With the ``sqs_queue_url`` option, :meth:`S3Store.watch` offers a change feed: it long-polls
+an SQS queue that receives the bucket's ``s3:ObjectCreated:*`` event notifications (sent by
+S3 directly or through SNS) and wakes when a new object is directly in the watched directory.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
+import json
 import logging
 import random
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 import aiohttp
 import anyio
@@ -34,7 +41,13 @@ from deltastream.errors import (
     PreconditionFailedError,
     StorageError,
 )
-from deltastream.storage.base import ObjectMeta, ObjectStore, check_byte_range
+from deltastream.storage.base import (
+    ChangeFeed,
+    ObjectMeta,
+    ObjectStore,
+    SignalledChangeFeed,
+    check_byte_range,
+)
 
 __all__ = ["S3Options", "S3Store"]
 
@@ -70,6 +83,8 @@ _OPTION_ALIASES: dict[str, str] = {
     "connect_timeout": "connect_timeout",
     "read_timeout": "read_timeout",
     "max_concurrency": "max_concurrency",
+    "sqs_queue_url": "sqs_queue_url",
+    "aws_sqs_queue_url": "sqs_queue_url",
     # Accepted for compatibility with delta-rs option dicts; they change nothing here.
     "aws_allow_http": "_ignored",
     "allow_http": "_ignored",
@@ -101,6 +116,15 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 
+
+#: Seconds one SQS ReceiveMessage long poll may wait for a message (SQS allows 0 to 20).
+_SQS_WAIT_SECONDS = 20
+#: Messages one ReceiveMessage may return, and one DeleteMessageBatch may delete (both: 10).
+_SQS_BATCH = 10
+_SQS_REGION = re.compile(
+    r"^(?:sqs\.(?P<a>[a-z0-9-]+)\.amazonaws\.com|(?P<b>[a-z0-9-]+)\.queue\.amazonaws\.com)"
+    r"(?:\.cn)?$"
+)
 
 #: Objects up to this size are fetched with one GET when opened for random access.
 _WHOLE_OBJECT_LIMIT = 8 << 20
@@ -177,6 +201,14 @@ class S3Options:
 
     Credentials left unset fall back to the standard AWS chain (environment, shared config
     and credentials files, container and instance metadata).
+
+    ``sqs_queue_url`` (storage option ``sqs_queue_url`` or ``AWS_SQS_QUEUE_URL``, any case) is
+    the URL of an SQS queue that receives the bucket's ``s3:ObjectCreated:*`` event
+    notifications, directly or through an SNS topic; :meth:`S3Store.watch` long-polls it. It is
+    reached with the same credentials, ``endpoint_url`` (so one local emulator serves both)
+    and region (when ``region`` is unset, the one in an AWS queue URL). The feed deletes every
+    message it receives, events for other keys included: give each watching process a queue
+    of its own (an SNS topic fans the bucket's events out to several queues).
     """
 
     endpoint_url: str | None = None
@@ -192,6 +224,7 @@ class S3Options:
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     max_concurrency: int = 32
+    sqs_queue_url: str | None = None
 
     @classmethod
     def from_storage_options(cls, options: Mapping[str, str] | None) -> S3Options:
@@ -221,6 +254,12 @@ class S3Options:
         if style is not None and style not in ("path", "virtual", "auto"):
             raise InvalidArgumentError(
                 f"storage option 'addressing_style' must be path, virtual or auto, not {style!r}"
+            )
+        queue = values.get("sqs_queue_url")
+        if queue is not None and not re.match(r"^https?://[^/]+/.", queue):
+            raise InvalidArgumentError(
+                f"storage option 'sqs_queue_url' must be a queue URL such as "
+                f"https://sqs.us-east-1.amazonaws.com/123456789012/name, not {queue!r}"
             )
         return cls(**values)
 
@@ -257,16 +296,151 @@ def _error_code(err: botocore.exceptions.ClientError) -> tuple[str, int]:
     return code, status
 
 
+def _queue_region(queue_url: str) -> str | None:
+    """The region named by an AWS SQS queue URL's host, if it names one."""
+    match = _SQS_REGION.match(urlsplit(queue_url).hostname or "")
+    return (match.group("a") or match.group("b")) if match else None
+
+
+def _created_objects(body: str) -> list[tuple[str, str]] | str:
+    """The ``(bucket, key)`` of each object an S3 event notification says was created (keys
+    decoded), or why the message is not such a notification. The notification may come as
+    sent by S3 or wrapped in an SNS envelope."""
+    try:
+        event = json.loads(body)
+        if (
+            isinstance(event, dict)
+            and event.get("Type") == "Notification"
+            and isinstance(event.get("Message"), str)
+        ):
+            event = json.loads(event["Message"])
+    except ValueError:
+        return "not JSON"
+    if not isinstance(event, dict):
+        return "not an S3 event notification"
+    if event.get("Event") == "s3:TestEvent":
+        return "S3 test event"
+    records = event.get("Records")
+    if not isinstance(records, list):
+        return "not an S3 event notification"
+    created: list[tuple[str, str]] = []
+    for record in records:
+        try:
+            name, s3 = record["eventName"], record["s3"]
+            bucket, key = s3["bucket"]["name"], s3["object"]["key"]
+        except (KeyError, TypeError):
+            continue
+        if not (isinstance(name, str) and isinstance(bucket, str) and isinstance(key, str)):
+            continue
+        if name.removeprefix("s3:").startswith("ObjectCreated:"):
+            # Event keys are URL-encoded as in a form: "+" is a space, "%2B" a plus sign.
+            created.append((bucket, unquote_plus(key)))
+    return created
+
+
 def is_retryable(err: BaseException) -> bool:
-    """Whether a failed S3 request may succeed if simply tried again."""
+    """Whether a failed S3 or SQS request may succeed if simply tried again."""
     if isinstance(err, botocore.exceptions.ClientError):
         code, status = _error_code(err)
         return code in _THROTTLE_CODES or status >= 500 or status == 429
     return isinstance(err, _CONNECTION_ERRORS)
 
 
+class _SqsChangeFeed(SignalledChangeFeed):
+    """Wakes when the store's SQS queue reports an object created directly in one directory.
+
+    A background task long-polls the queue from the moment the feed opens until it closes
+    (a cancelled :meth:`wait` cancels no request, so no received message is lost) and
+    deletes every message it receives. Errors are retried like every request of the store;
+    one that persists fails the feed.
+    """
+
+    def __init__(self, store: S3Store, directory: str, queue_url: str) -> None:
+        super().__init__(store.uri_for(directory))
+        self._store = store
+        self._queue_url = queue_url
+        self._prefix = store._full_key(directory)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"deltastream-watch:{self.uri}"
+        )
+
+    def _wakes(self, message: Mapping[str, Any]) -> bool:
+        """Whether the message reports a new object directly in the watched directory."""
+        message_id = message.get("MessageId", "?")
+        created = _created_objects(str(message.get("Body", "")))
+        if isinstance(created, str):
+            log.debug("ignoring SQS message %s from %s: %s", message_id, self._queue_url, created)
+            return False
+        for bucket, key in created:
+            name = key[len(self._prefix) :]
+            # An empty name is the directory's own marker object, not an object in it.
+            in_directory = key.startswith(self._prefix) and name and "/" not in name
+            if bucket == self._store.bucket and in_directory:
+                return True
+        log.debug("SQS message %s: no new object in %s", message_id, self.uri)
+        return False
+
+    async def _run(self) -> None:
+        queue = self._queue_url
+
+        async def receive(client: Any) -> Any:
+            return await client.receive_message(
+                QueueUrl=queue, MaxNumberOfMessages=_SQS_BATCH, WaitTimeSeconds=_SQS_WAIT_SECONDS
+            )
+
+        try:
+            while True:
+                response = await self._store._call(
+                    self.uri, f"SQS ReceiveMessage from {queue}", receive, service="sqs"
+                )
+                messages: list[dict[str, Any]] = response.get("Messages") or []
+                # Every message is looked at (and logged) before waking the waiter.
+                if any([self._wakes(m) for m in messages]):
+                    self._signal()
+                if messages:
+                    await self._delete(messages)
+        except StorageError as e:
+            log.debug("change feed for %s failed: %s", self.uri, e)
+            self._fail(e.problem, e)
+        except Exception as e:  # a bug: fail the feed rather than lose it in a dead task
+            log.exception("change feed for %s failed", self.uri)
+            self._fail(f"change feed failed: {type(e).__name__}: {e}", e)
+
+    async def _delete(self, messages: list[dict[str, Any]]) -> None:
+        entries = [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+        ]
+
+        async def delete(client: Any) -> Any:
+            return await client.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
+
+        response = await self._store._call(
+            self.uri, f"SQS DeleteMessageBatch on {self._queue_url}", delete, service="sqs"
+        )
+        for failed in response.get("Failed") or ():
+            # Such a message comes back after its visibility timeout: one spurious wake-up.
+            log.warning(
+                "could not delete a message from %s: %s: %s",
+                self._queue_url,
+                failed.get("Code"),
+                failed.get("Message"),
+            )
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self._store._feeds.discard(self)
+            self._task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([self._task])
+        await super().aclose()
+
+
 class S3Store(ObjectStore):
-    """Objects under ``s3://bucket/prefix``."""
+    """Objects under ``s3://bucket/prefix``.
+
+    :meth:`watch` offers change feeds when the options name an SQS queue
+    (:class:`S3Options`, ``sqs_queue_url``).
+    """
 
     def __init__(self, bucket: str, prefix: str = "", options: S3Options | None = None) -> None:
         super().__init__()
@@ -277,10 +451,12 @@ class S3Store(ObjectStore):
         self.options = options or S3Options()
         self.max_concurrency = self.options.max_concurrency
         self._client: Any = None
+        self._sqs_client: Any = None
         self._stack: AsyncExitStack | None = None
         self._client_lock = anyio.Lock()
         self._closed = False
         self._foreign: dict[str, S3Store] = {}
+        self._feeds: set[ChangeFeed] = set()
 
     @property
     def root_uri(self) -> str:
@@ -299,51 +475,98 @@ class S3Store(ObjectStore):
             if self._closed:
                 raise StorageError(self.root_uri, "store is closed")
             if self._client is None:
-                opts = self.options
-                session = _new_session()
-                if opts.profile:
-                    session.set_config_variable("profile", opts.profile)
-                s3_config: dict[str, str] = {}
-                if opts.addressing_style:
-                    s3_config["addressing_style"] = opts.addressing_style
-                elif opts.endpoint_url:
-                    s3_config["addressing_style"] = "path"
-                config = AioConfig(
-                    retries={"total_max_attempts": 1, "mode": "standard"},
-                    connect_timeout=opts.connect_timeout,
-                    read_timeout=opts.read_timeout,
-                    max_pool_connections=max(10, opts.max_concurrency),
-                    s3=s3_config or None,
-                )
-                stack = AsyncExitStack()
-                self._client = await stack.enter_async_context(
-                    session.create_client(
-                        "s3",
-                        region_name=opts.region,
-                        endpoint_url=opts.endpoint_url,
-                        aws_access_key_id=opts.access_key_id,
-                        aws_secret_access_key=opts.secret_access_key,
-                        aws_session_token=opts.session_token,
-                        config=config,
-                    )
-                )
-                self._stack = stack
+                self._client = await self._open_client("s3")
         return self._client
 
+    async def _get_sqs_client(self) -> Any:
+        if self._sqs_client is not None:
+            return self._sqs_client
+        async with self._client_lock:
+            if self._closed:
+                raise StorageError(self.root_uri, "store is closed")
+            if self._sqs_client is None:
+                self._sqs_client = await self._open_client("sqs")
+        return self._sqs_client
+
+    async def _open_client(self, service: str) -> Any:
+        """A new client for ``service`` ("s3" or "sqs"), closed by :meth:`aclose`. The caller
+        holds the client lock."""
+        opts = self.options
+        session = _new_session()
+        if opts.profile:
+            session.set_config_variable("profile", opts.profile)
+        region = opts.region
+        if service == "s3":
+            s3_config: dict[str, str] = {}
+            if opts.addressing_style:
+                s3_config["addressing_style"] = opts.addressing_style
+            elif opts.endpoint_url:
+                s3_config["addressing_style"] = "path"
+            config = AioConfig(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                connect_timeout=opts.connect_timeout,
+                read_timeout=opts.read_timeout,
+                max_pool_connections=max(10, opts.max_concurrency),
+                s3=s3_config or None,
+            )
+        else:
+            if region is None and opts.sqs_queue_url:
+                region = _queue_region(opts.sqs_queue_url)
+            config = AioConfig(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                connect_timeout=opts.connect_timeout,
+                # A long poll legitimately answers only after its wait time.
+                read_timeout=max(opts.read_timeout, _SQS_WAIT_SECONDS + 10),
+                max_pool_connections=4,
+            )
+        if self._stack is None:
+            self._stack = AsyncExitStack()
+        return await self._stack.enter_async_context(
+            session.create_client(
+                service,
+                region_name=region,
+                endpoint_url=opts.endpoint_url,
+                aws_access_key_id=opts.access_key_id,
+                aws_secret_access_key=opts.secret_access_key,
+                aws_session_token=opts.session_token,
+                config=config,
+            )
+        )
+
+    async def watch(self, directory: str) -> ChangeFeed | None:
+        """A feed woken by the ``sqs_queue_url`` queue's event notifications for objects
+        created directly in ``directory``; None without that option. Notifications for
+        other keys (and S3's test event, and messages that are no S3 event at all) are
+        deleted from the queue and otherwise ignored."""
+        queue_url = self.options.sqs_queue_url
+        if queue_url is None:
+            return None
+        prefix = directory if not directory or directory.endswith("/") else directory + "/"
+        await self._get_sqs_client()  # a closed store fails here, not in the feed
+        feed = _SqsChangeFeed(self, prefix, queue_url)
+        self._feeds.add(feed)
+        return feed
+
     async def aclose(self) -> None:
+        for feed in list(self._feeds):
+            await feed.aclose()
         async with self._client_lock:
             self._closed = True
-            stack, self._stack, self._client = self._stack, None, None
+            stack, self._stack = self._stack, None
+            self._client = self._sqs_client = None
         if stack is not None:
             await stack.aclose()
         foreign, self._foreign = list(self._foreign.values()), {}
         for store in foreign:
             await store.aclose()
 
-    async def _call(self, uri: str, what: str, op: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``op(client)`` with this store's retry policy."""
+    async def _call(
+        self, uri: str, what: str, op: Callable[[Any], Awaitable[T]], *, service: str = "s3"
+    ) -> T:
+        """Run ``op(client)`` with this store's retry policy, on its S3 client or (``service``
+        "sqs") its SQS client."""
         opts = self.options
-        client = await self._get_client()
+        client = await (self._get_client() if service == "s3" else self._get_sqs_client())
         attempt = 0
         while True:
             attempt += 1
@@ -351,16 +574,8 @@ class S3Store(ObjectStore):
                 return await op(client)
             except botocore.exceptions.ClientError as e:
                 code, status = _error_code(e)
-                if code == "NoSuchBucket":
-                    raise StorageError(
-                        uri, f"{what} failed: NoSuchBucket: bucket {self.bucket!r} does not exist"
-                    ) from e
-                if code in _NOT_FOUND_CODES or status == 404:
-                    raise ObjectNotFoundError(uri) from e
-                if code == "InvalidRange" or status == 416:
-                    raise _RangeNotSatisfiableError() from e
-                if code == "PreconditionFailed" or status == 412:
-                    raise PreconditionFailedError(uri) from e
+                if service == "s3":
+                    self._raise_s3_meaning(uri, what, e)
                 if not is_retryable(e) or attempt >= opts.max_attempts:
                     raise StorageError(
                         uri, f"{what} failed after {attempt} attempt(s): {code or status}: {e}"
@@ -378,6 +593,21 @@ class S3Store(ObjectStore):
             self.stats.retries += 1
             log.debug("retrying %s %s in %.3fs after %s", what, uri, delay, reason)
             await anyio.sleep(delay)
+
+    def _raise_s3_meaning(self, uri: str, what: str, e: botocore.exceptions.ClientError) -> None:
+        """Raise what an S3 error means for the object at ``uri``, if it means something
+        more than a failed request."""
+        code, status = _error_code(e)
+        if code == "NoSuchBucket":
+            raise StorageError(
+                uri, f"{what} failed: NoSuchBucket: bucket {self.bucket!r} does not exist"
+            ) from e
+        if code in _NOT_FOUND_CODES or status == 404:
+            raise ObjectNotFoundError(uri) from e
+        if code == "InvalidRange" or status == 416:
+            raise _RangeNotSatisfiableError() from e
+        if code == "PreconditionFailed" or status == 412:
+            raise PreconditionFailedError(uri) from e
 
     async def list_from(
         self, directory: str, start_after: str | None = None

@@ -1,6 +1,7 @@
 """S3Store over HTTP against moto's server: the shared store contract (directly and through
 a pass-through proxy), pagination, option parsing, ``open_store`` for ``s3://`` URIs, the
-retry policy against real HTTP faults, and the client's lifecycle.
+retry policy against real HTTP faults, the client's lifecycle, and change feeds fed by the
+bucket's event notifications through moto's SQS (moto delivers them as S3 does).
 
 Nothing is patched: every request goes through aiobotocore and aiohttp to a real socket.
 Faults come from :class:`fault_proxy.FaultProxy`, an HTTP reverse proxy in front of moto.
@@ -9,13 +10,17 @@ Faults come from :class:`fault_proxy.FaultProxy`, an HTTP reverse proxy in front
 from __future__ import annotations
 
 import http.client
+import json
 import socket
+import statistics
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, quote_plus, urlsplit
 
 import aiohttp
+import anyio
 import pytest
 from fault_proxy import FaultProxy
 from storage_contract import Harness, StoreContract, byte_order, collect
@@ -26,7 +31,7 @@ from deltastream.errors import (
     PreconditionFailedError,
     StorageError,
 )
-from deltastream.storage import S3Options, S3Store, StoreStats, open_store
+from deltastream.storage import ChangeFeed, S3Options, S3Store, StoreStats, open_store
 
 PREFIX = "tables/t1"
 KEY = "_delta_log/00000000000000000000.json"
@@ -769,3 +774,368 @@ async def test_async_with_closes_the_store_on_error(fresh_store: Callable[[], S3
     assert store._client is None
     with pytest.raises(StorageError, match="store is closed"):
         await store.get(KEY)
+
+
+# -------------------------------------------------------------------- change feeds (SQS)
+
+LOG_KEY = f"{PREFIX}/_delta_log/{{:020d}}.json"
+
+
+@pytest.fixture(scope="module")
+def sqs(s3_server: Any) -> Any:
+    """A synchronous boto3 SQS client on moto's server, for set-up and inspection."""
+    import boto3
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=s3_server.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=CREDENTIALS["aws_access_key_id"],
+        aws_secret_access_key=CREDENTIALS["aws_secret_access_key"],
+    )
+
+
+@pytest.fixture
+def queue(sqs: Any) -> str:
+    """A fresh queue per test: a closed feed's long poll may still hold moto's attention."""
+    url: str = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    return url
+
+
+def notify(boto: Any, sqs: Any, bucket: str, queue_url: str) -> None:
+    """Have S3 (moto) send the bucket's ObjectCreated events to the queue, as on AWS."""
+    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    boto.put_bucket_notification_configuration(
+        Bucket=bucket,
+        NotificationConfiguration={
+            "QueueConfigurations": [
+                {"QueueArn": arn["Attributes"]["QueueArn"], "Events": ["s3:ObjectCreated:*"]}
+            ]
+        },
+    )
+
+
+@pytest.fixture
+def notified_bucket(s3_bucket: Any, boto: Any, sqs: Any, queue: str) -> str:
+    notify(boto, sqs, s3_bucket.name, queue)
+    return str(s3_bucket.name)
+
+
+def messages_left(sqs: Any, queue_url: str) -> int:
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)
+    return sum(int(attributes["Attributes"][name]) for name in names)
+
+
+async def emptied(sqs: Any, queue_url: str) -> bool:
+    """Whether the queue becomes empty (the feed deleted every message) within 5 s."""
+    deadline = time.monotonic() + 5
+    while messages_left(sqs, queue_url):
+        if time.monotonic() > deadline:
+            return False
+        await anyio.sleep(0.02)
+    return True
+
+
+async def wakes(feed: ChangeFeed, within: float) -> bool:
+    with anyio.move_on_after(within):
+        await feed.wait()
+        return True
+    return False
+
+
+def event(bucket: str, key: str, name: str = "ObjectCreated:Put") -> str:
+    """An S3 event notification as S3 sends it (the key URL-encoded as in a form)."""
+    record = {
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "awsRegion": "us-east-1",
+        "eventName": name,
+        "s3": {"bucket": {"name": bucket}, "object": {"key": quote_plus(key), "size": 2}},
+    }
+    return json.dumps({"Records": [record]})
+
+
+def sns(message: str) -> str:
+    """``message`` in the envelope SNS wraps it in when it delivers to SQS."""
+    return json.dumps(
+        {
+            "Type": "Notification",
+            "MessageId": str(uuid.uuid4()),
+            "TopicArn": "arn:aws:sns:us-east-1:123456789012:bucket-events",
+            "Subject": "Amazon S3 Notification",
+            "Message": message,
+        }
+    )
+
+
+@pytest.mark.anyio
+async def test_sqs_feed_wakes_when_objects_are_put_in_its_directory(
+    s3_server: Any, notified_bucket: str, boto: Any, sqs: Any, queue: str
+) -> None:
+    async with make_store(s3_server.endpoint, notified_bucket, sqs_queue_url=queue) as store:
+        feed = await store.watch("_delta_log/")
+        assert feed is not None
+        # moto sent S3's test event when the notification was configured: no wake-up.
+        assert not await wakes(feed, 0.3)
+        latencies = []
+        for version in range(10):
+            start = time.perf_counter()
+            await anyio.to_thread.run_sync(
+                lambda v=version: boto.put_object(
+                    Bucket=notified_bucket, Key=LOG_KEY.format(v), Body=b"{}"
+                )
+            )
+            with anyio.fail_after(5):
+                await feed.wait()
+            latencies.append(time.perf_counter() - start)
+        # Measured here: about 14 ms, of which the wake-up after the put returned is 3 ms.
+        assert max(latencies) < 0.5, latencies
+        assert statistics.median(latencies) < 0.2, latencies
+        assert await emptied(sqs, queue)
+
+        # A change while no one waits wakes the next wait at once; a cancelled wait loses
+        # nothing.
+        with anyio.move_on_after(0.05):
+            await feed.wait()
+        boto.put_object(Bucket=notified_bucket, Key=LOG_KEY.format(10), Body=b"{}")
+        await anyio.sleep(0.3)
+        assert await wakes(feed, 0.01)
+        assert not await wakes(feed, 0.1)
+        assert store.stats.retries == 0
+        await feed.aclose()
+
+
+@pytest.mark.anyio
+async def test_sqs_feed_ignores_other_keys_and_buckets(
+    s3_server: Any, notified_bucket: str, boto: Any, sqs: Any, queue: str
+) -> None:
+    other_bucket = new_bucket(boto)
+    notify(boto, sqs, other_bucket, queue)
+    async with make_store(s3_server.endpoint, notified_bucket, sqs_queue_url=queue) as store:
+        feed = await store.watch("_delta_log/")
+        assert feed is not None
+        for bucket, key in [
+            (other_bucket, LOG_KEY.format(0)),  # same key, another bucket
+            (notified_bucket, "tables/t10/_delta_log/00000000000000000000.json"),  # sibling
+            (notified_bucket, "tables/t1_delta_log/00000000000000000000.json"),
+            (notified_bucket, f"{PREFIX}/_delta_log/_sidecars/a.parquet"),  # subdirectory
+            (notified_bucket, f"{PREFIX}/_delta_log/"),  # a directory marker
+            (notified_bucket, f"{PREFIX}/part-0.parquet"),  # the parent directory
+            (notified_bucket, "_delta_log/00000000000000000000.json"),  # the bucket's root
+        ]:
+            boto.put_object(Bucket=bucket, Key=key, Body=b"x")
+        assert not await wakes(feed, 0.5)
+        assert await emptied(sqs, queue)  # every message was deleted all the same
+        boto.put_object(Bucket=notified_bucket, Key=LOG_KEY.format(0), Body=b"{}")
+        assert await wakes(feed, 5)
+        await feed.aclose()
+
+
+@pytest.mark.anyio
+async def test_sqs_feed_decodes_event_keys(
+    s3_server: Any, notified_bucket: str, boto: Any, queue: str
+) -> None:
+    prefix = "tables/a b+c/é=1 100%"
+    async with make_store(
+        s3_server.endpoint, notified_bucket, prefix, sqs_queue_url=queue
+    ) as store:
+        feed = await store.watch("_delta_log")  # the trailing "/" is implied
+        assert feed is not None
+        # Encoded, the key of this sibling is the key below with "+" for " ": only decoding
+        # the key as a form tells them apart.
+        sibling = "tables/a+b+c/é=1+100%/_delta_log/00000000000000000000.json"
+        boto.put_object(Bucket=notified_bucket, Key=sibling, Body=b"{}")
+        assert not await wakes(feed, 0.5)
+        key = f"{prefix}/_delta_log/0 +%2B&=é.json"
+        boto.put_object(Bucket=notified_bucket, Key=key, Body=b"{}")
+        assert await wakes(feed, 5)
+        await feed.aclose()
+
+
+@pytest.mark.anyio
+async def test_sqs_feed_ignores_test_events_and_garbage_and_reads_sns_envelopes(
+    s3_server: Any, s3_bucket: Any, sqs: Any, queue: str
+) -> None:
+    bucket = s3_bucket.name
+    mine = LOG_KEY.format(7)
+    ignored = [
+        "not json",
+        "[1, 2]",
+        '{"Records": "not a list"}',
+        '{"Records": [{"eventName": 5}, null, {"s3": {}}]}',
+        json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": bucket}),
+        sns(json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": bucket})),
+        json.dumps({"Type": "Notification", "Message": "not json"}),
+        event(bucket, mine, "ObjectRemoved:Delete"),  # nothing appeared
+        sns(event(bucket, f"{PREFIX}/_delta_log/_sidecars/x.parquet")),
+        event(bucket, quote_plus(mine)),  # encoded twice: not this key
+    ]
+    for body in ignored:
+        sqs.send_message(QueueUrl=queue, MessageBody=body)
+    async with make_store(s3_server.endpoint, bucket, sqs_queue_url=queue) as store:
+        feed = await store.watch("_delta_log/")
+        assert feed is not None
+        assert not await wakes(feed, 0.5)
+        assert await emptied(sqs, queue)
+        sqs.send_message(QueueUrl=queue, MessageBody=sns(event(bucket, mine)))
+        assert await wakes(feed, 5)
+        sqs.send_message(
+            QueueUrl=queue,
+            MessageBody=event(bucket, mine, "s3:ObjectCreated:CompleteMultipartUpload"),
+        )
+        assert await wakes(feed, 5)
+        assert await emptied(sqs, queue)
+        await feed.aclose()
+
+
+@pytest.mark.anyio
+async def test_sqs_feed_retries_like_every_request(
+    s3_server: Any, s3_bucket: Any, sqs: Any, queue: str
+) -> None:
+    proxy = FaultProxy(s3_server.endpoint)  # its own: long polls outlive the test
+    try:
+        proxy.inject("slowdown", "internal")
+        store = make_store(proxy.url, s3_bucket.name, sqs_queue_url=queue, **FAST_RETRIES)
+        async with store:
+            feed = await store.watch("_delta_log/")
+            assert feed is not None
+            sqs.send_message(QueueUrl=queue, MessageBody=event(s3_bucket.name, LOG_KEY.format(0)))
+            assert await wakes(feed, 5)
+            assert store.stats.retries == 2
+            assert [s.outcome for s in proxy.seen][:2] == ["slowdown", "internal"]
+            assert all(s.method == "POST" for s in proxy.seen)  # SQS, not S3
+    finally:
+        proxy.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("problem", ["denied", "no such queue"])
+async def test_sqs_feed_errors_surface_from_wait(
+    s3_server: Any, s3_bucket: Any, queue: str, problem: str
+) -> None:
+    proxy = FaultProxy(s3_server.endpoint)
+    try:
+        if problem == "denied":
+            proxy.inject("denied")
+        else:
+            queue = queue.rsplit("/", 1)[0] + "/no-such-queue"
+        async with make_store(proxy.url, s3_bucket.name, sqs_queue_url=queue) as store:
+            feed = await store.watch("_delta_log/")
+            assert feed is not None
+            with anyio.fail_after(5), pytest.raises(StorageError) as info:
+                await feed.wait()
+            assert info.value.uri == store.uri_for("_delta_log/")
+            assert f"SQS ReceiveMessage from {queue} failed after 1 attempt(s)" in str(info.value)
+            assert store.stats.retries == 0
+            with pytest.raises(StorageError, match="failed after 1 attempt"):
+                await feed.wait()  # the feed stays failed
+            assert len(proxy.seen) == 1  # and sends nothing more
+    finally:
+        proxy.close()
+
+
+def _sessions(client: Any) -> list[aiohttp.ClientSession]:
+    return list(client._endpoint.http_session._sessions.values())
+
+
+@pytest.mark.anyio
+async def test_closing_the_store_closes_its_feeds_and_the_sqs_client(
+    s3_server: Any, s3_bucket: Any, queue: str
+) -> None:
+    store = make_store(s3_server.endpoint, s3_bucket.name, sqs_queue_url=queue)
+    assert store._sqs_client is None
+    feed = await store.watch("_delta_log/")
+    assert feed is not None
+    client = store._sqs_client
+    assert client is not None
+    await anyio.sleep(0.1)  # a long poll is in flight
+    task = feed._task  # type: ignore[attr-defined]
+    assert not task.done()
+    sessions = _sessions(client)
+    assert sessions and not any(s.closed for s in sessions)
+    start = time.perf_counter()
+    await store.aclose()
+    assert time.perf_counter() - start < 1  # the 20 s long poll does not hold it up
+    assert task.done()
+    assert store._sqs_client is None and store._client is None
+    assert all(s.closed for s in sessions)
+    with pytest.raises(StorageError, match="change feed is closed"):
+        await feed.wait()
+    with pytest.raises(StorageError, match="store is closed"):
+        await store.watch("_delta_log/")
+
+
+@pytest.mark.anyio
+async def test_closing_a_feed_stops_its_long_poll(
+    s3_server: Any, s3_bucket: Any, queue: str
+) -> None:
+    async with make_store(s3_server.endpoint, s3_bucket.name, sqs_queue_url=queue) as store:
+        feed = await store.watch("_delta_log/")
+        assert feed is not None
+        await anyio.sleep(0.1)
+        waiter_error: list[StorageError] = []
+
+        async def waiter() -> None:
+            try:
+                await feed.wait()
+            except StorageError as e:
+                waiter_error.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.sleep(0.05)
+            await feed.aclose()
+        assert feed._task.done()  # type: ignore[attr-defined]
+        assert [e.problem for e in waiter_error] == ["change feed is closed"]
+        await feed.aclose()  # closing twice is harmless
+        # The store (and its SQS client) stay usable, for new feeds too.
+        assert store._sqs_client is not None
+        async with await store.watch("_delta_log/") as again:  # type: ignore[union-attr]
+            assert not await wakes(again, 0.1)
+
+
+@pytest.mark.anyio
+async def test_no_feed_without_a_queue(s3_server: Any, s3_bucket: Any) -> None:
+    async with make_store(s3_server.endpoint, s3_bucket.name) as store:
+        assert await store.watch("_delta_log/") is None
+        assert store._sqs_client is None and store._client is None  # no client was made
+
+
+@pytest.mark.parametrize("name", ["sqs_queue_url", "SQS_QUEUE_URL", "AWS_SQS_QUEUE_URL"])
+def test_options_sqs_queue_url(name: str) -> None:
+    url = "https://sqs.eu-west-1.amazonaws.com/123456789012/delta-events"
+    assert S3Options.from_storage_options({name: url}) == S3Options(sqs_queue_url=url)
+    assert S3Options().sqs_queue_url is None
+
+
+@pytest.mark.parametrize(
+    "value", ["delta-events", "arn:aws:sqs:us-east-1:123456789012:delta-events", "", "https://h/"]
+)
+def test_options_reject_what_is_not_a_queue_url(value: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="must be a queue URL") as info:
+        S3Options.from_storage_options({"AWS_SQS_QUEUE_URL": value})
+    assert "sqs_queue_url" in str(info.value)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("queue_url", "region", "expected"),
+    [
+        ("https://sqs.eu-west-1.amazonaws.com/123456789012/q", None, "eu-west-1"),
+        ("https://ap-south-1.queue.amazonaws.com/123456789012/q", None, "ap-south-1"),
+        ("https://sqs.eu-west-1.amazonaws.com/123456789012/q", "us-west-2", "us-west-2"),
+        ("http://127.0.0.1:4566/000000000000/q", "us-east-2", "us-east-2"),
+    ],
+)
+async def test_sqs_client_region(queue_url: str, region: str | None, expected: str) -> None:
+    options = {**CREDENTIALS, "sqs_queue_url": queue_url}
+    if region:
+        options["region"] = region
+    store = open_store("s3://bucket/t", options)
+    assert isinstance(store, S3Store)
+    try:
+        client = await store._get_sqs_client()  # created without sending a request
+        assert client.meta.region_name == expected
+    finally:
+        await store.aclose()

@@ -1,0 +1,224 @@
+"""One version's change rows as file reads: the protocol's "Reader Requirements for
+AddCDCFile", shared by range reads (:mod:`deltastream.changes.cdf`) and the tailer.
+
+* A version with ``cdc`` actions is read from those files only; their ``_change_type``
+  column says what each row is.
+* Otherwise ``add`` actions with ``dataChange=true`` give ``insert`` rows and ``remove``
+  actions with ``dataChange=true`` give ``delete`` rows. When a remove and an add of one
+  version name the same data file with different deletion vectors, only the difference is
+  read, from that one file: rows in (add DV − remove DV) are deletes, rows in
+  (remove DV − add DV) are inserts.
+
+Every row gets ``_commit_version`` and ``_commit_timestamp`` as constants of its read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap64
+
+from deltastream.changes.deletion_vectors import load_deletion_vector
+from deltastream.changes.reader import FileRead, ReadSchema
+from deltastream.changes.scan import data_columns
+from deltastream.changes.schema import column_mapping_mode, table_schema
+from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
+from deltastream.log.commit import LogActions
+from deltastream.snapshot.loader import load_snapshot
+from deltastream.storage.base import ObjectStore
+
+__all__ = ["CDF_FIELDS", "ChangePlanner", "ChangeSchemas", "PartitionLookup", "removes_data"]
+
+CDF_FIELDS = (
+    pa.field("_change_type", pa.string()),
+    pa.field("_commit_version", pa.int64()),
+    pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+)
+
+
+def removes_data(actions: LogActions) -> bool:
+    """Whether a commit removes data files with ``dataChange=true``: it deletes or rewrites
+    rows, so without ``cdc`` files its changes need the change data feed (or inference)."""
+    remove = actions.file_actions.column("remove")
+    if remove.null_count == len(remove):
+        return False
+    changed = pc.and_(
+        pc.is_valid(remove), pc.fill_null(pc.struct_field(remove, "dataChange"), False)
+    )
+    return bool(pc.any(changed).as_py())
+
+
+#: ``(version, path) -> partitionValues`` of the live ``add`` of ``path`` just before
+#: ``version`` (``None`` if there is none), for removes written without partition values.
+PartitionLookup = Callable[[int, str], Awaitable[Mapping[str, str | None] | None]]
+
+
+@dataclass(frozen=True)
+class ChangeSchemas:
+    """How the files of versions with one table schema are read: ``inferred`` for data files
+    named by add/remove actions (``_change_type`` is a constant), ``cdc`` for change-data
+    files (which carry ``_change_type`` themselves). Both produce :attr:`output_schema`."""
+
+    inferred: ReadSchema
+    cdc: ReadSchema
+
+    @classmethod
+    def build(
+        cls, protocol: Protocol, metadata: Metadata, columns: Sequence[str] | None = None
+    ) -> ChangeSchemas:
+        """The schemas for ``columns`` (default: every data column) of the table as
+        ``metadata`` describes it. Unknown column names raise here."""
+        schema = table_schema(metadata)
+        selected = tuple(columns) if columns else data_columns(schema)
+        schema.select(selected)
+        inferred = ReadSchema(
+            table_schema=schema,
+            columns=selected,
+            partition_columns=metadata.partition_columns,
+            mode=column_mapping_mode(protocol, metadata),
+            constant_fields=CDF_FIELDS,
+        )
+        cdc = replace(
+            inferred, file_columns=(("_change_type", pa.string()),), constant_fields=CDF_FIELDS[1:]
+        )
+        return cls(inferred, cdc)
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self.inferred.output_schema
+
+
+class ChangePlanner:
+    """Turns versions into the file reads that produce their change rows, in output order.
+
+    ``partition_lookup`` answers for removes that lack partition values (old writers without
+    ``extendedFileMetadata``); without one, the snapshot before the version is loaded.
+    """
+
+    def __init__(self, store: ObjectStore, partition_lookup: PartitionLookup | None = None):
+        self.store = store
+        self._lookup = partition_lookup
+        self._dvs: dict[str, BitMap64] = {}
+
+    async def plan(
+        self, version: int, actions: LogActions, timestamp_ms: int, schemas: ChangeSchemas
+    ) -> list[tuple[FileRead, ReadSchema]]:
+        timestamp_us = timestamp_ms * 1000
+        if len(actions.cdc):
+            rows = cast(list[dict[str, Any]], actions.cdc.to_pylist(maps_as_pydicts="strict"))
+            return [
+                (
+                    FileRead(
+                        path=cdc["path"],
+                        partition_values=cdc["partitionValues"] or {},
+                        size=cdc["size"],
+                        version=version,
+                        constants=(version, timestamp_us),
+                    ),
+                    schemas.cdc,
+                )
+                for cdc in rows
+            ]
+        tasks = await self._inferred(version, actions, timestamp_us, schemas)
+        return [(task, schemas.inferred) for task in tasks]
+
+    async def _bitmap(self, action: dict[str, object]) -> BitMap64:
+        raw = action.get("deletionVector")
+        if raw is None:
+            return BitMap64()
+        assert isinstance(raw, dict)
+        descriptor = DeletionVectorDescriptor.from_json(raw)
+        key = descriptor.unique_id
+        if key not in self._dvs:
+            self._dvs[key] = await load_deletion_vector(
+                self.store, descriptor, data_file=str(action["path"])
+            )
+        return self._dvs[key]
+
+    async def _partition_values(
+        self, version: int, remove: dict[str, object], partition_columns: tuple[str, ...]
+    ) -> Mapping[str, str | None]:
+        values = remove.get("partitionValues")
+        if isinstance(values, dict):
+            return values
+        if not partition_columns:
+            return {}
+        path = str(remove["path"])
+        if self._lookup is not None:
+            return await self._lookup(version, path) or {}
+        snapshot = await load_snapshot(self.store, version - 1)
+        for f in snapshot.iter_files():
+            if f.path == path:
+                return dict(f.partition_values)
+        return {}
+
+    async def _inferred(
+        self, version: int, actions: LogActions, timestamp_us: int, schemas: ChangeSchemas
+    ) -> list[FileRead]:
+        self._dvs.clear()
+        rows = actions.file_actions.to_pylist(maps_as_pydicts="strict")
+        adds = {r["add"]["path"]: r["add"] for r in rows if r["add"] and r["add"]["dataChange"]}
+        removes = {
+            r["remove"]["path"]: r["remove"]
+            for r in rows
+            if r["remove"] and r["remove"]["dataChange"]
+        }
+        tasks: list[FileRead] = []
+        for row in rows:
+            add, remove = row["add"], row["remove"]
+            if add is not None and add["dataChange"]:
+                path = add["path"]
+                added = await self._bitmap(add)
+                constants = ("insert", version, timestamp_us)
+                if path in removes:
+                    restored = (await self._bitmap(removes[path])) - added
+                    if restored:
+                        tasks.append(_task(add, version, constants, include=restored))
+                else:
+                    tasks.append(_task(add, version, constants, exclude=added))
+            elif remove is not None and remove["dataChange"]:
+                path = remove["path"]
+                removed = await self._bitmap(remove)
+                constants = ("delete", version, timestamp_us)
+                if path in adds:
+                    deleted = (await self._bitmap(adds[path])) - removed
+                    if deleted:
+                        tasks.append(_task(adds[path], version, constants, include=deleted))
+                else:
+                    values = await self._partition_values(
+                        version, remove, schemas.inferred.partition_columns
+                    )
+                    tasks.append(
+                        _task(
+                            {**remove, "partitionValues": values},
+                            version,
+                            constants,
+                            exclude=removed,
+                        )
+                    )
+        return tasks
+
+
+def _task(
+    action: dict[str, object],
+    version: int,
+    constants: tuple[object, ...],
+    *,
+    exclude: BitMap64 | None = None,
+    include: BitMap64 | None = None,
+) -> FileRead:
+    size = action.get("size")
+    values = action.get("partitionValues")
+    return FileRead(
+        path=str(action["path"]),
+        partition_values=values if isinstance(values, dict) else {},
+        size=size if isinstance(size, int) else None,
+        version=version,
+        exclude=exclude if exclude else None,
+        include=include,
+        constants=constants,
+    )
