@@ -1,13 +1,35 @@
 """deltastream: follow a Delta Lake table as it changes.
 
 The public API: open a table, load snapshots (by version or timestamp), read its rows and
-its change data feed, and the errors.
+its change data feed; follow it (:func:`tail`, :class:`Tailer`, :class:`Service`) into sinks;
+and the errors.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from deltastream.changes.api import read_changes, read_rows, table_changes, table_rows
 from deltastream.changes.stream import BatchStream
+from deltastream.daemon.api import tail
+from deltastream.daemon.config import load_config
+from deltastream.daemon.delivery import Delivery, Position, Sink
+from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.sinks import (
+    CallbackSink,
+    ExecSink,
+    HttpSink,
+    JsonlSink,
+    ParquetSink,
+    parse_sink,
+)
+from deltastream.daemon.tailer import (
+    Mode,
+    OnMissingFile,
+    OnMissingVersions,
+    OnSchemaChange,
+    StartFrom,
+    TailConfig,
+    Tailer,
+)
 from deltastream.errors import (
     ChangeDataError,
     ChangeDataNotEnabledError,
@@ -21,13 +43,17 @@ from deltastream.errors import (
     DataFileNotFoundError,
     DeletionVectorError,
     DeltaStreamError,
+    HttpStatusError,
     IncompleteCheckpointError,
     InvalidArgumentError,
     InvalidTableStateError,
     LogError,
     MissingVersionsError,
     ObjectNotFoundError,
+    PreconditionFailedError,
     SchemaChangeError,
+    SinkError,
+    StateConflictError,
     StorageError,
     TableNotFoundError,
     TimestampOutOfRangeError,
@@ -68,6 +94,7 @@ __all__ = [
     "AddCDCFile",
     "AddFile",
     "BatchStream",
+    "CallbackSink",
     "ChangeDataError",
     "ChangeDataNotEnabledError",
     "ChecksumMismatchError",
@@ -81,35 +108,59 @@ __all__ = [
     "DataFileNotFoundError",
     "DeletionVectorDescriptor",
     "DeletionVectorError",
+    "Delivery",
     "DeltaStreamError",
     "DomainMetadata",
+    "ExecSink",
+    "HttpSink",
+    "HttpStatusError",
     "IncompleteCheckpointError",
     "InvalidArgumentError",
     "InvalidTableStateError",
+    "JsonlSink",
     "LogError",
     "Metadata",
     "MissingVersionsError",
+    "Mode",
     "ObjectNotFoundError",
     "ObjectStore",
+    "OnMissingFile",
+    "OnMissingVersions",
+    "OnSchemaChange",
+    "ParquetSink",
+    "Position",
+    "PreconditionFailedError",
     "Protocol",
     "RemoveFile",
     "S3Options",
     "SchemaChangeError",
+    "Service",
+    "ServiceConfig",
+    "Sink",
+    "SinkError",
     "Snapshot",
+    "StartFrom",
+    "StateConflictError",
     "StorageError",
+    "StreamConfig",
     "Table",
     "TableNotFoundError",
+    "TailConfig",
+    "Tailer",
     "TimestampOutOfRangeError",
     "TimestampSearch",
     "Txn",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
     "__version__",
+    "load_config",
     "open_store",
     "open_table",
+    "parse_sink",
     "read_changes",
     "read_rows",
     "read_snapshot",
     "table_changes",
     "table_rows",
+    "tail",
 ]

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,12 +21,27 @@ import anyio
 import pyarrow as pa
 
 from deltastream.changes.api import read_changes, read_rows
+from deltastream.daemon.api import default_stream_name
+from deltastream.daemon.config import load_config
+from deltastream.daemon.logs import LOG_FORMATS, configure_logging
+from deltastream.daemon.progress import TerminalProgress
+from deltastream.daemon.service import Service, ServiceConfig, single_stream
+from deltastream.daemon.tailer import (
+    Mode,
+    OnMissingFile,
+    OnMissingVersions,
+    OnSchemaChange,
+    StartFrom,
+    TailConfig,
+)
+from deltastream.demo import run_demo
 from deltastream.errors import DeltaStreamError, InvalidArgumentError
 from deltastream.log.actions import AddFile
 from deltastream.output import write_json_lines, write_parquet
 from deltastream.runtime import use_fast_allocator
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table
+from deltastream.snapshot.timestamps import parse_timestamp
 
 __all__ = ["main"]
 
@@ -140,11 +156,146 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _add_output_arg(changes)
 
-    demo = sub.add_parser("demo", help="create a small local table and show its snapshot")
+    tail = sub.add_parser(
+        "tail", help="follow a table: deliver its snapshot and/or changes to a sink, durably"
+    )
+    _add_table_args(tail)
+    tail.add_argument(
+        "--sink",
+        required=True,
+        help="jsonl:PATH, jsonl:-, parquet:DIR, http://URL, https://URL or exec:COMMAND",
+    )
+    tail.add_argument(
+        "--state", required=True, help="the stream's state directory (a local path or s3://)"
+    )
+    tail.add_argument("--name", help="the stream's name (default: from the table's path)")
+    tail.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default=Mode.SNAPSHOT_AND_FOLLOW.value,
+        help="what to deliver (default: snapshot-and-follow)",
+    )
+    start_at = tail.add_mutually_exclusive_group()
+    start_at.add_argument(
+        "--from",
+        dest="start",
+        default="latest",
+        help="follow: the first version (N, an ISO-8601 time, or latest: the next commit); "
+        "snapshot modes: the snapshot's version (default: latest)",
+    )
+    start_at.add_argument(
+        "--from-timestamp",
+        dest="start_timestamp",
+        metavar="TS",
+        help="follow: the first version committed at or after TS (ISO-8601); "
+        "snapshot modes: the last version committed at or before it",
+    )
+    tail.add_argument(
+        "--poll-interval", type=float, default=1.0, help="seconds between polls (default 1)"
+    )
+    tail.add_argument(
+        "--no-notifications",
+        action="store_true",
+        help="poll only (no filesystem notifications or SQS wake-ups)",
+    )
+    tail.add_argument(
+        "--state-storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="S3 setting for the state directory (default: --storage-option if both are S3)",
+    )
+    tail.add_argument("--columns", help="comma-separated data columns (default: all)")
+    tail.add_argument(
+        "--on-schema-change",
+        choices=[m.value for m in OnSchemaChange],
+        default="stop",
+        help="a non-additive schema change stops the stream, or is followed (default: stop)",
+    )
+    tail.add_argument(
+        "--on-missing-versions",
+        choices=[m.value for m in OnMissingVersions],
+        default="fail",
+        help="commits removed before they were read: fail, or skip to the oldest checkpoint",
+    )
+    tail.add_argument(
+        "--on-missing-file",
+        choices=[m.value for m in OnMissingFile],
+        default="fail",
+        help="a data file vacuumed before it was read: fail, or skip it (logged)",
+    )
+    tail.add_argument(
+        "--infer-without-cdf",
+        action="store_true",
+        help="deliver versions written without change data as whole-file deletes and inserts",
+    )
+    tail.add_argument(
+        "--max-rows-per-delivery", type=int, default=100_000, help="rows per delivery at most"
+    )
+    tail.add_argument(
+        "--checkpoint-every-versions",
+        type=int,
+        default=1_000,
+        metavar="K",
+        help="save the stream's snapshot every K versions (default 1000)",
+    )
+    tail.add_argument(
+        "--checkpoint-every-seconds",
+        type=float,
+        default=600.0,
+        metavar="T",
+        help="... or every T seconds, whichever comes first (default 600)",
+    )
+    tail.add_argument(
+        "--http",
+        default="",
+        metavar="HOST:PORT",
+        help="serve /healthz and /metrics there (e.g. 127.0.0.1:9464; default: off)",
+    )
+    _add_daemon_args(tail)
+
+    serve = sub.add_parser("serve", help="follow the tables of a TOML configuration file")
+    serve.add_argument("--config", required=True, metavar="FILE.toml", help="the configuration")
+    serve.add_argument(
+        "--http",
+        default=None,
+        metavar="HOST:PORT",
+        help="override [server] http (default 127.0.0.1:9464; '' turns it off)",
+    )
+    _add_daemon_args(serve, defaults=False)
+
+    demo = sub.add_parser(
+        "demo", help="create a local table, keep writing to it, and tail it (Ctrl-C stops)"
+    )
     demo.add_argument(
         "--path", default="deltastream-demo", help="where to create the demo table (replaced)"
     )
+    demo.add_argument("--duration", type=float, help="stop after this many seconds")
+    demo.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between the writer's commits"
+    )
     return parser
+
+
+def _add_daemon_args(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
+    p.add_argument(
+        "--log-format",
+        choices=list(LOG_FORMATS),
+        default="text" if defaults else None,
+        help="log lines as text or JSON (default: text)",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="info" if defaults else None,
+        help="default: info",
+    )
+    p.add_argument(
+        "--progress",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="a progress bar on stderr while catching up (auto: when stderr is a terminal)",
+    )
 
 
 def _file_json(f: AddFile) -> dict[str, Any]:
@@ -169,40 +320,6 @@ async def _load(args: argparse.Namespace) -> Snapshot:
 def _print_files(snapshot: Snapshot, out: TextIO) -> None:
     for f in snapshot.iter_files():
         out.write(json.dumps(_file_json(f)) + "\n")
-
-
-def _demo(path: str, out: TextIO) -> None:
-    try:
-        from deltalake import DeltaTable, write_deltalake
-    except ImportError as e:
-        raise InvalidArgumentError(
-            f"the demo writes its table with the 'deltalake' package ({e}); "
-            "install it with: pip install 'deltastream[demo]'"
-        ) from e
-    import pyarrow as pa
-
-    root = Path(path).absolute() / "table"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    config = {"delta.enableChangeDataFeed": "true"}
-    for start in range(0, 30, 10):
-        batch = pa.table(
-            {
-                "id": pa.array(range(start, start + 10), pa.int64()),
-                "country": pa.array(["NL", "FR", "JP", "BR", "NL"] * 2),
-                "amount": pa.array([float(i) * 1.5 for i in range(start, start + 10)]),
-            }
-        )
-        write_deltalake(
-            str(root), batch, mode="append", partition_by=["country"], configuration=config
-        )
-    table = DeltaTable(str(root))
-    table.delete("id % 7 = 0")
-    table.update(predicate="country = 'JP'", updates={"amount": "amount * 2"})
-    table.create_checkpoint()
-    snapshot = anyio.run(_load_path, str(root))
-    out.write(json.dumps(snapshot.summary(), indent=2) + "\n")
-    _print_files(snapshot, out)
 
 
 async def _load_path(uri: str) -> Snapshot:
@@ -248,14 +365,109 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 storage_options=_storage_options(args.storage_option),
             )
             _write(reader, args.output, out)
-        elif args.command == "demo":
-            _demo(args.path, out)
+        elif args.command in ("tail", "serve", "demo"):
+            return _run_daemon(args, out)
     except DeltaStreamError as e:
         print(f"deltastream: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _tail_config(args: argparse.Namespace) -> ServiceConfig:
+    tail = TailConfig(
+        name=args.name or default_stream_name(args.uri),
+        uri=args.uri,
+        state=args.state,
+        mode=Mode(args.mode),
+        start=(
+            StartFrom(timestamp_ms=parse_timestamp(args.start_timestamp))
+            if args.start_timestamp is not None
+            else StartFrom.parse(args.start)
+        ),
+        storage_options=_storage_options(args.storage_option),
+        state_storage_options=(
+            _storage_options(args.state_storage_option) if args.state_storage_option else None
+        ),
+        columns=_columns(args.columns),
+        poll_interval=args.poll_interval,
+        notifications=not args.no_notifications,
+        on_schema_change=OnSchemaChange(args.on_schema_change),
+        on_missing_versions=OnMissingVersions(args.on_missing_versions),
+        on_missing_file=OnMissingFile(args.on_missing_file),
+        infer_without_cdf=args.infer_without_cdf,
+        max_rows_per_delivery=args.max_rows_per_delivery,
+        checkpoint_every_versions=args.checkpoint_every_versions,
+        checkpoint_every_seconds=args.checkpoint_every_seconds,
+    )
+    config = single_stream(tail, args.sink, http_address=args.http or None)
+    return replace(config, log_format=args.log_format, log_level=args.log_level)
+
+
+def _serve_config(args: argparse.Namespace) -> ServiceConfig:
+    config = load_config(args.config)
+    if args.http is not None:
+        config = replace(config, http_address=args.http or None)
+    if args.log_format is not None:
+        config = replace(config, log_format=args.log_format)
+    if args.log_level is not None:
+        config = replace(config, log_level=args.log_level)
+    return config
+
+
+def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
+    """Run ``tail``, ``serve`` or ``demo`` until done or signalled; the exit status."""
+    if args.command == "demo":
+        logging.getLogger("deltastream").setLevel(logging.WARNING)
+        stop = anyio.Event()
+
+        async def demo() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_stop_on_signals, stop.set, tg.cancel_scope)
+                await run_demo(
+                    Path(args.path),
+                    out,
+                    duration=args.duration,
+                    interval=args.interval,
+                    stop=stop,
+                )
+                tg.cancel_scope.cancel()
+
+        anyio.run(demo)
+        return 0
+    config = _tail_config(args) if args.command == "tail" else _serve_config(args)
+    configure_logging(config.log_format, "debug" if args.verbose else config.log_level)
+    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    service = Service(config, progress=TerminalProgress(sys.stderr) if show else None)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signals, service.stop, tg.cancel_scope)
+            await service.run()
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    if service.failures and (args.command == "tail" or not service.stopping):
+        for error in service.failures.values():
+            print(f"deltastream: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
+async def _stop_on_signals(stop: Callable[[], None], scope: anyio.CancelScope) -> None:
+    """The first SIGTERM/SIGINT asks for a clean stop; a second one cancels everything."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        count = 0
+        async for signum in signals:
+            count += 1
+            if count == 1:
+                logging.getLogger("deltastream").info(
+                    "%s received: stopping", signal.Signals(signum).name
+                )
+                stop()
+            else:
+                scope.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -138,13 +138,6 @@ def test_console_script_runs() -> None:
     assert done.returncode == 2 and done.stderr.startswith("deltastream: error:")
 
 
-def test_demo_builds_and_reads_a_table(tmp_path: Path) -> None:
-    code, out = cli("demo", "--path", str(tmp_path / "demo"))
-    assert code == 0
-    summary = json.loads(out[: out.index("\n}\n") + 3])
-    assert summary["version"] == 4 and summary["metadata"]["partitionColumns"] == ["country"]
-
-
 CDF_TABLE = CORPORA / "delta-kernel-rs/data/cdf-table"
 
 

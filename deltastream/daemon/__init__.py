@@ -1,0 +1,1 @@
+"""The tailer: follows Delta tables, delivers their change rows to sinks, survives crashes."""

@@ -1,0 +1,74 @@
+"""The daemon's HTTP endpoints: ``/healthz`` (JSON; 200 when healthy, 503 when a stream is
+stuck or the service is stopping) and ``/metrics`` (Prometheus text format).
+
+Bound to 127.0.0.1 by default: the endpoints reveal table locations, so exposing them on
+other interfaces is an explicit choice (``--http 0.0.0.0:9464``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+from aiohttp import web
+
+from deltastream.daemon.metrics import render_prometheus
+from deltastream.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from deltastream.daemon.service import Service
+
+__all__ = ["parse_address", "serve_http"]
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:9464`` for IPv6; port 0 picks a free one)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise InvalidArgumentError(f"HTTP address must be HOST:PORT, not {text!r}")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
+
+
+async def serve_http(
+    service: Service,
+    address: str,
+    *,
+    task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the endpoints until cancelled; reports the bound ``(host, port)`` when ready."""
+    host, port = parse_address(address)
+
+    async def healthz(request: web.Request) -> web.Response:
+        healthy, body = service.health()
+        return web.Response(
+            status=200 if healthy else 503,
+            text=json.dumps(body),
+            content_type="application/json",
+        )
+
+    async def metrics(request: web.Request) -> web.Response:
+        body = render_prometheus(service.metrics.values())
+        return web.Response(body=body.encode(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot listen on {address}: {e.strerror or e}") from e
+        bound = runner.addresses[0] if runner.addresses else (host, port)
+        task_status.started((str(bound[0]), int(bound[1])))
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await runner.cleanup()

@@ -1,0 +1,177 @@
+"""A stream's durable state: where it is, what its sink committed, and its table snapshot.
+
+One directory (local or ``s3://``) per stream::
+
+    position.json                               the committed position (rewritten atomically)
+    snapshots/00000000000000000042.checkpoint.parquet   the table's state at version 42
+
+``position.json`` is replaced as a whole (local: write, fsync, rename; S3: one PUT) and
+only ever with a conditional write against the version this tailer last wrote or read: a
+second tailer started on the same directory takes it over, and the first one's next commit
+fails instead of silently interleaving. Snapshots are Delta checkpoint parquet files (the
+``add``/``remove``/``metaData``/``protocol``/``txn`` columns of the protocol's checkpoint
+schema), so other tools can read them; ``position.json`` names the one to resume from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import anyio.to_thread
+
+from deltastream.daemon.delivery import Position
+from deltastream.errors import (
+    CorruptFileError,
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StateConflictError,
+)
+from deltastream.log.checkpoint import parse_checkpoint_parquet
+from deltastream.log.checkpoint_writer import write_checkpoint
+from deltastream.snapshot.incremental import IncrementalState
+from deltastream.snapshot.reconcile import LogState
+from deltastream.storage.base import ObjectStore
+
+__all__ = ["POSITION_KEY", "StateConflictError", "StateStore", "StreamState"]
+
+log = logging.getLogger(__name__)
+
+POSITION_KEY = "position.json"
+SNAPSHOT_DIR = "snapshots/"
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """What ``position.json`` holds."""
+
+    table_uri: str
+    table_id: str
+    position: Position
+    sink: Mapping[str, Any] = field(default_factory=dict)
+    #: Version of the table state saved under ``snapshots/`` (``None``: none saved yet).
+    snapshot_version: int | None = None
+    #: The sink specification the state belongs to (a different sink starts afresh).
+    sink_spec: str = ""
+    owner: str = ""
+    updated_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": _FORMAT,
+            "table_uri": self.table_uri,
+            "table_id": self.table_id,
+            "position": self.position.to_json(),
+            "sink": dict(self.sink),
+            "sink_spec": self.sink_spec,
+            "snapshot_version": self.snapshot_version,
+            "owner": self.owner,
+            "updated_ms": self.updated_ms,
+        }
+
+    @classmethod
+    def from_json(cls, source: str, raw: bytes) -> StreamState:
+        try:
+            value = json.loads(raw)
+            if value.get("format") != _FORMAT:
+                raise CorruptFileError(source, f"unknown state format {value.get('format')!r}")
+            snapshot = value.get("snapshot_version")
+            return cls(
+                table_uri=str(value["table_uri"]),
+                table_id=str(value["table_id"]),
+                position=Position.from_json(value["position"]),
+                sink=dict(value.get("sink") or {}),
+                snapshot_version=None if snapshot is None else int(snapshot),
+                sink_spec=str(value.get("sink_spec", "")),
+                owner=str(value.get("owner", "")),
+                updated_ms=int(value.get("updated_ms", 0)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CorruptFileError(source, f"not a valid stream state: {e}") from None
+
+
+def snapshot_key(version: int) -> str:
+    return f"{SNAPSHOT_DIR}{version:020d}.checkpoint.parquet"
+
+
+class StateStore:
+    """Reads and commits one stream's state in ``store`` (rooted at the state directory)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.owner = uuid.uuid4().hex
+        self._tag: str | None = None  # None: not read yet; "": known not to exist
+
+    @property
+    def uri(self) -> str:
+        return self.store.root_uri
+
+    async def load(self) -> StreamState | None:
+        """The committed state, or ``None`` for a new stream."""
+        try:
+            raw, self._tag = await self.store.get_tagged(POSITION_KEY)
+        except ObjectNotFoundError:
+            self._tag = ""
+            return None
+        return StreamState.from_json(self.store.uri_for(POSITION_KEY), raw)
+
+    async def commit(self, state: StreamState) -> StreamState:
+        """Replace the committed state, unless another tailer wrote it in the meantime."""
+        if self._tag is None:
+            raise InvalidArgumentError("StateStore.commit called before load")
+        state = replace(state, owner=self.owner, updated_ms=int(time.time() * 1000))
+        data = json.dumps(state.to_json(), sort_keys=True).encode()
+        try:
+            self._tag = await self.store.put(POSITION_KEY, data, if_match=self._tag)
+        except PreconditionFailedError as e:
+            raise StateConflictError(
+                self.store.uri_for(POSITION_KEY),
+                "changed by another tailer since this one last wrote it; "
+                "run one tailer per state directory",
+            ) from e
+        return state
+
+    async def save_snapshot(self, table: IncrementalState) -> int:
+        """Write ``table`` (a Delta checkpoint of its version) and return that version."""
+        version = table.version
+
+        def encode() -> bytes:
+            state = table.to_log_state()
+            assert state.protocol is not None and state.metadata is not None
+            return write_checkpoint(
+                protocol=state.protocol,
+                metadata=state.metadata,
+                txns=state.txns.values(),
+                domains=state.domains.values(),
+                files=state.files,
+                tombstones=state.tombstones,
+            )
+
+        # Materialising and encoding a large table takes seconds: off the event loop (the
+        # caller does not touch the table meanwhile).
+        data = await anyio.to_thread.run_sync(encode)
+        await self.store.put(snapshot_key(version), data)
+        return version
+
+    async def load_snapshot(self, version: int, table_root: str) -> IncrementalState:
+        key = snapshot_key(version)
+        raw = await self.store.get(key)
+        source = self.store.uri_for(key)
+        actions = await anyio.to_thread.run_sync(parse_checkpoint_parquet, source, raw)
+        state = LogState.from_checkpoint(table_root, actions)
+        return await anyio.to_thread.run_sync(
+            lambda: IncrementalState.from_log_state(state, version, auto_compact=False)
+        )
+
+    async def prune_snapshots(self, keep: int) -> None:
+        """Delete every saved snapshot but version ``keep``."""
+        async for meta in self.store.list_from(SNAPSHOT_DIR):
+            if meta.key != snapshot_key(keep):
+                await self.store.delete(meta.key)

@@ -1,0 +1,185 @@
+"""``deltastream demo``: the main job on an embedded default, with nothing to set up.
+
+It creates a small local Delta table with the change data feed on, keeps committing
+appends, updates, deletes and merges to it from a writer thread (``deltalake`` is the
+writer, as another engine would be), and tails it: the snapshot first, then each commit's
+change rows, printed as they arrive, until Ctrl-C or ``--duration`` seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import anyio.to_thread
+import pyarrow as pa
+
+from deltastream.daemon.delivery import Delivery
+from deltastream.daemon.service import Service, single_stream
+from deltastream.daemon.sinks import CallbackSink
+from deltastream.daemon.tailer import TailConfig
+from deltastream.errors import InvalidArgumentError
+from deltastream.output import json_value
+
+__all__ = ["DemoWriter", "create_demo_table", "run_demo"]
+
+log = logging.getLogger(__name__)
+
+_COUNTRIES = ["NL", "FR", "JP", "BR"]
+_CONFIG = {"delta.enableChangeDataFeed": "true"}
+
+
+def _deltalake() -> Any:
+    try:
+        import deltalake
+    except ImportError as e:
+        raise InvalidArgumentError(
+            f"the demo writes its table with the 'deltalake' package ({e}); "
+            "install it with: pip install 'deltastream[demo]'"
+        ) from e
+    return deltalake
+
+
+def _rows(start: int, n: int) -> pa.Table:
+    ids = range(start, start + n)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "country": pa.array([_COUNTRIES[i % len(_COUNTRIES)] for i in ids]),
+            "amount": pa.array([round(i * 1.5, 2) for i in ids], pa.float64()),
+        }
+    )
+
+
+def create_demo_table(path: Path) -> Path:
+    """A fresh table at ``path/table`` (replacing any), with 12 rows in 2 commits."""
+    deltalake = _deltalake()
+    root = path.absolute() / "table"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for start in (0, 6):
+        deltalake.write_deltalake(
+            str(root),
+            _rows(start, 6),
+            mode="append",
+            partition_by=["country"],
+            configuration=_CONFIG,
+        )
+    return root
+
+
+class DemoWriter:
+    """Commits one change every ``interval`` seconds from a background thread: an append,
+    an update, a delete and a merge, in turn."""
+
+    def __init__(self, root: Path, interval: float = 1.0) -> None:
+        self.root = root
+        self.interval = interval
+        self.commits = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="deltastream-demo-writer", daemon=True
+        )
+        self._next_id = 12
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        deltalake = _deltalake()
+        steps = itertools.cycle(("append", "update", "delete", "merge"))
+        try:
+            while not self._stop.wait(self.interval):
+                table = deltalake.DeltaTable(str(self.root))
+                step = next(steps)
+                if step == "append":
+                    deltalake.write_deltalake(table, _rows(self._next_id, 3), mode="append")
+                    self._next_id += 3
+                elif step == "update":
+                    table.update(
+                        predicate=f"id % 5 = {self.commits % 5}",
+                        updates={"amount": "amount + 1"},
+                    )
+                elif step == "delete":
+                    table.delete(f"id = {self.commits % max(self._next_id, 1)}")
+                else:
+                    source = _rows(self._next_id - 2, 4)
+                    self._next_id += 2
+                    (
+                        table.merge(
+                            source, predicate="t.id = s.id", source_alias="s", target_alias="t"
+                        )
+                        .when_matched_update_all()
+                        .when_not_matched_insert_all()
+                        .execute()
+                    )
+                self.commits += 1
+        except BaseException as e:  # reported by run_demo
+            self.error = e
+
+
+def _printer(out: TextIO) -> CallbackSink:
+    def show(delivery: Delivery) -> None:
+        for batch in delivery.batches:
+            for row in batch.to_pylist():
+                kind = row.pop("_change_type")
+                version = row.pop("_commit_version")
+                row.pop("_commit_timestamp")
+                data = json.dumps({k: json_value(v) for k, v in row.items()})
+                out.write(f"v{version:<4} {kind:<17} {data}\n")
+        out.flush()
+
+    return CallbackSink(show, description="demo:print")
+
+
+async def run_demo(
+    path: Path,
+    out: TextIO,
+    *,
+    duration: float | None = None,
+    interval: float = 1.0,
+    stop: anyio.Event | None = None,
+) -> Service:
+    """Create the table, start the writer and tail the table until ``duration`` seconds
+    have passed or ``stop`` is set (the CLI sets it on Ctrl-C)."""
+    root = await anyio.to_thread.run_sync(create_demo_table, path)
+    state = root.parent / "state"
+    await anyio.to_thread.run_sync(lambda: shutil.rmtree(state, ignore_errors=True))
+    out.write(f"deltastream demo: following {root} (a writer commits every {interval}s)\n")
+    config = TailConfig(name="demo", uri=str(root), state=str(state), poll_interval=0.25)
+    sink = _printer(out)
+    service = Service(single_stream(config, sink.description), sinks={"demo": sink})
+    writer = DemoWriter(root, interval)
+    writer.start()
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def stop_on_request() -> None:
+                with anyio.move_on_after(duration):
+                    await (stop or anyio.Event()).wait()
+                service.stop()
+
+            tg.start_soon(stop_on_request)
+            await service.run()
+            tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(writer.stop)
+    if writer.error is not None:
+        raise InvalidArgumentError(f"the demo writer failed: {writer.error}") from writer.error
+    m = service.metrics["demo"]
+    out.write(
+        f"deltastream demo: {writer.commits} commits written, {m.rows_delivered} change rows "
+        f"delivered up to version {m.last_delivered_version}\n"
+    )
+    return service

@@ -1,0 +1,219 @@
+"""What following an idle table costs: storage requests per minute while nothing is committed.
+
+Both readers watch the same table on a local moto S3 server for ``--seconds``, polling every
+``--poll-interval`` seconds, each through its own request-counting HTTP proxy:
+
+* **deltastream**: a :class:`~deltastream.daemon.tailer.Tailer` in ``follow`` mode;
+* **delta-rs**: ``DeltaTable.update_incremental()`` in a loop (the reference library's way to
+  notice new versions).
+
+Every request is classified (LIST, GET, HEAD, PUT) and reported per minute, with deltastream's
+polls for comparison (target: one LIST per poll, zero GET). The local part reports the
+process CPU time a local tailer spends per minute, polling every 100 ms and with filesystem
+notifications (1 s safety-net polling).
+
+Run: ``python tests/benchmarks/bench_idle.py`` (60 s per measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import resource
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pyarrow as pa
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests/: conftest
+sys.path.insert(0, str(HERE.parent / "storage"))  # the counting proxy
+
+CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+def kind(method: str, path: str) -> str:
+    if method == "GET" and "list-type=2" in path:
+        return "LIST"
+    return method
+
+
+def per_minute(counts: Counter[str], seconds: float) -> dict[str, float]:
+    return {k: round(v * 60 / seconds, 1) for k, v in sorted(counts.items())}
+
+
+async def until(condition: Callable[[], bool], within: float = 60) -> None:
+    with anyio.fail_after(within):
+        for _ in itertools.count():
+            if condition():
+                return
+            await anyio.sleep(0.01)
+
+
+async def idle_tailer(
+    uri: str,
+    options: dict[str, str],
+    seconds: float,
+    poll: float,
+    notifications: bool,
+    window_start: Callable[[], None] = lambda: None,
+) -> tuple[int, Any]:
+    """Run a follow tailer; from its first poll on (when ``window_start`` is called), for
+    ``seconds``: (polls made, its store's request counts)."""
+    from deltastream.daemon.sinks import CallbackSink
+    from deltastream.daemon.tailer import Mode, TailConfig, Tailer
+
+    with tempfile.TemporaryDirectory() as state:
+        config = TailConfig(
+            name="idle",
+            uri=uri,
+            state=state,
+            mode=Mode.FOLLOW,
+            storage_options=options,
+            poll_interval=poll,
+            notifications=notifications,
+        )
+        tailer = Tailer(config, CallbackSink(lambda d: None))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tailer.run)
+            await until(lambda: tailer.metrics.polls > 0)
+            window_start()
+            start_polls = tailer.metrics.polls
+            start_stats = dict(vars_of(tailer._store.stats))
+            await anyio.sleep(seconds)
+            polls = tailer.metrics.polls - start_polls
+            stats = {k: v - start_stats[k] for k, v in vars_of(tailer._store.stats).items()}
+            tailer.stop()
+    return polls, stats
+
+
+def vars_of(stats: Any) -> dict[str, int]:
+    return {k: getattr(stats, k) for k in stats.__slots__}
+
+
+def s3_part(seconds: float, poll: float) -> None:
+    import boto3
+    from conftest import free_port
+    from deltalake import DeltaTable, write_deltalake
+    from fault_proxy import FaultProxy
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket="idle-bench")
+    uri = "s3://idle-bench/table"
+
+    def rs_options(url: str) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    table = pa.table({"id": pa.array(range(10), pa.int64())})
+    write_deltalake(uri, table, configuration=CDF, storage_options=rs_options(endpoint))
+    for _ in range(4):
+        write_deltalake(uri, table, mode="append", storage_options=rs_options(endpoint))
+    ours, theirs = FaultProxy(endpoint), FaultProxy(endpoint)
+    stop = threading.Event()
+    reference_polls = 0
+
+    def reference() -> None:
+        nonlocal reference_polls
+        dt = DeltaTable(uri, storage_options=rs_options(theirs.url))
+        theirs.reset()
+        while not stop.wait(poll):
+            dt.update_incremental()
+            reference_polls += 1
+
+    thread = threading.Thread(target=reference)
+    thread.start()
+    options = {
+        "endpoint_url": ours.url,
+        "access_key_id": "testing",
+        "secret_access_key": "testing",
+        "region": "us-east-1",
+    }
+
+    # The tailer's start-up requests (loading the state) come before the window: the proxy
+    # forgets them when the window opens, at the first poll.
+    polls, _ = anyio.run(idle_tailer, uri, options, seconds, poll, True, ours.reset)
+    stop.set()
+    thread.join()
+    window_ours = Counter(kind(s.method, s.path) for s in ours.seen)
+    window_theirs = Counter(kind(s.method, s.path) for s in theirs.seen)
+    print(f"S3 (moto over HTTP), idle for {seconds:.0f} s, polling every {poll} s:")
+    print(
+        f"  deltastream  polls/min {polls * 60 / seconds:5.1f}   "
+        f"requests/min {per_minute(window_ours, seconds)}"
+    )
+    print(
+        f"  delta-rs     polls/min {reference_polls * 60 / seconds:5.1f}   "
+        f"requests/min {per_minute(window_theirs, seconds)}"
+    )
+    list_per_poll = window_ours["LIST"] / max(polls, 1)
+    gets = window_ours["GET"] + window_ours["HEAD"]
+    ok = gets == 0 and 0.9 <= list_per_poll <= 1.1
+    print(
+        f"  target one LIST per poll, zero GET: {'PASS' if ok else 'FAIL'} "
+        f"({list_per_poll:.2f} LIST/poll, {gets} GET/HEAD)"
+    )
+    ours.close()
+    theirs.close()
+    server.stop()
+
+
+def local_part(seconds: float) -> None:
+    from deltalake import write_deltalake
+
+    with tempfile.TemporaryDirectory() as tmp:
+        uri = str(Path(tmp, "table"))
+        write_deltalake(uri, pa.table({"id": [1, 2]}), configuration=CDF)
+        print(f"local table, idle for {seconds:.0f} s:")
+        for label, poll, notify in (
+            ("polling every 100 ms", 0.1, False),
+            ("notifications + 1 s polls", 1.0, True),
+        ):
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            started = time.monotonic()
+            polls, stats = anyio.run(idle_tailer, uri, {}, seconds, poll, notify)
+            elapsed = time.monotonic() - started
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            print(
+                f"  {label:<27} polls/min {polls * 60 / seconds:6.1f}   "
+                f"LIST/min {stats['list_requests'] * 60 / seconds:6.1f}   "
+                f"GET/min {stats['get_requests'] * 60 / seconds:4.1f}   "
+                f"CPU {cpu / elapsed * 100:4.1f}% of a core"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--poll-interval", type=float, default=1.0)
+    args = parser.parse_args()
+    print(f"command: python {' '.join(sys.argv)}")
+    s3_part(args.seconds, args.poll_interval)
+    local_part(args.seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Helpers for tailer tests: tables written by deltalake, a writer that keeps committing,
+running a tailer until it has delivered a version, and the expected change rows (delta-rs's
+``load_cdf``, the independent oracle)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import anyio
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from deltastream.daemon.delivery import Delivery
+from deltastream.daemon.sinks import CallbackSink
+from deltastream.daemon.tailer import TailConfig, Tailer
+
+__all__ = [
+    "CDF",
+    "Collector",
+    "Writer",
+    "batch",
+    "change_key",
+    "create_table",
+    "eventually",
+    "expected_changes",
+    "fast",
+    "run_tailer_until",
+]
+
+CDF = {"delta.enableChangeDataFeed": "true"}
+#: Columns identifying a change row (``_commit_timestamp`` is left out: delta-rs takes it
+#: from ``commitInfo``, deltastream from the protocol's rule).
+Row = tuple[Any, ...]
+
+
+def batch(ids: Iterable[int], name: str = "x") -> pa.Table:
+    ids = list(ids)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"{name}{i}" for i in ids]),
+            "part": pa.array([f"p{i % 3}" for i in ids]),
+        }
+    )
+
+
+def create_table(
+    uri: str, rows: int = 10, storage_options: Mapping[str, str] | None = None
+) -> None:
+    write_deltalake(
+        uri,
+        batch(range(rows)),
+        partition_by=["part"],
+        configuration=CDF,
+        storage_options=dict(storage_options) if storage_options else None,
+    )
+
+
+def change_key(row: Mapping[str, Any], columns: Iterable[str] = ("id", "name", "part")) -> Row:
+    return (row["_commit_version"], row["_change_type"], *(row.get(c) for c in columns))
+
+
+def expected_changes(
+    uri: str,
+    start: int,
+    end: int,
+    storage_options: Mapping[str, str] | None = None,
+    columns: Iterable[str] = ("id", "name", "part"),
+) -> Counter[Row]:
+    table = DeltaTable(uri, storage_options=dict(storage_options) if storage_options else None)
+    cdf = pa.table(table.load_cdf(starting_version=start, ending_version=end))
+    columns = tuple(columns)
+    return Counter(change_key(r, columns) for r in cdf.to_pylist())
+
+
+@dataclass
+class Collector:
+    """A callback sink's function: keeps every delivered row and delivery."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+
+    def __call__(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+        for b in delivery.batches:
+            self.rows.extend(b.to_pylist())
+
+    def sink(self) -> CallbackSink:
+        return CallbackSink(self, description="test:collector")
+
+    def counter(self, columns: Iterable[str] = ("id", "name", "part")) -> Counter[Row]:
+        columns = tuple(columns)
+        return Counter(change_key(r, columns) for r in self.rows)
+
+
+class Writer:
+    """Commits appends, updates, deletes and merges to a table from a thread."""
+
+    def __init__(
+        self,
+        uri: str,
+        commits: int,
+        *,
+        interval: float = 0.0,
+        storage_options: Mapping[str, str] | None = None,
+        first_id: int = 1000,
+    ) -> None:
+        self.uri = uri
+        self.commits = commits
+        self.interval = interval
+        self.options = dict(storage_options) if storage_options else None
+        self.next_id = first_id
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.last_version = -1
+
+    def step(self, n: int) -> None:
+        table = DeltaTable(self.uri, storage_options=self.options)
+        kind = ("append", "update", "append", "delete", "merge")[n % 5]
+        if kind == "append":
+            write_deltalake(table, batch(range(self.next_id, self.next_id + 4)), mode="append")
+            self.next_id += 4
+        elif kind == "update":
+            table.update(predicate=f"id % 4 = {n % 4}", updates={"name": "concat(name, '+')"})
+        elif kind == "delete":
+            table.delete(f"id % 7 = {n % 7}")
+        else:
+            source = batch(range(self.next_id - 2, self.next_id + 2), name="m")
+            self.next_id += 2
+            (
+                table.merge(source, predicate="t.id = s.id", source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+        self.last_version = DeltaTable(self.uri, storage_options=self.options).version()
+
+    def run(self) -> None:
+        try:
+            stop = threading.Event()
+            for n in itertools.islice(itertools.count(), self.commits):
+                self.step(n)
+                if self.interval:
+                    stop.wait(self.interval)
+        except BaseException as e:
+            self.error = e
+            raise
+        finally:
+            self.done.set()
+
+
+async def eventually(condition: Callable[[], bool], within: float = 60.0) -> None:
+    """Wait until ``condition()`` holds, checking every 20 ms; fail after ``within`` s."""
+    with anyio.fail_after(within):
+        for _ in itertools.count():
+            if condition():
+                return
+            await anyio.sleep(0.02)
+
+
+async def run_tailer_until(
+    config: TailConfig,
+    sink: Any,
+    done: Callable[[Tailer], bool],
+    *,
+    within: float = 60.0,
+    during: Callable[[], Any] | None = None,
+) -> Tailer:
+    """Run a tailer until ``done(tailer)``, then stop it and wait for it to finish.
+
+    ``during`` (a blocking function, e.g. a writer) runs in a thread meanwhile. The tailer's
+    own errors propagate."""
+    tailer = Tailer(config, sink)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tailer.run)
+        if during is not None:
+            await anyio.to_thread.run_sync(during)
+        await eventually(lambda: done(tailer), within)
+        tailer.stop()
+    return tailer
+
+
+def fast(config: TailConfig, **changes: Any) -> TailConfig:
+    """``config`` with a short poll interval (and other ``changes``)."""
+    return replace(config, poll_interval=0.05, **changes)

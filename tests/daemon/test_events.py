@@ -1,0 +1,321 @@
+"""Mid-stream events: schema changes, protocol changes, commits lost to log retention, data
+files vacuumed before they were read. Each either stops the stream with an error naming
+what happened (after delivering everything before it) or, when configured, carries on."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from tailing import (
+    Collector,
+    Writer,
+    batch,
+    change_key,
+    create_table,
+    eventually,
+    expected_changes,
+    fast,
+)
+
+from deltastream.daemon.delivery import Position
+from deltastream.daemon.tailer import (
+    Mode,
+    OnMissingFile,
+    OnMissingVersions,
+    OnSchemaChange,
+    StartFrom,
+    TailConfig,
+    Tailer,
+)
+from deltastream.errors import (
+    ChangeDataNotEnabledError,
+    DataFileNotFoundError,
+    MissingVersionsError,
+    SchemaChangeError,
+    UnsupportedFeatureError,
+)
+
+
+def follow(tmp_path: Path, uri: str, **changes: Any) -> TailConfig:
+    return fast(
+        TailConfig(
+            name="t",
+            uri=uri,
+            state=str(tmp_path / "state"),
+            mode=Mode.FOLLOW,
+            start=StartFrom(version=0),
+        ),
+        **changes,
+    )
+
+
+async def run_until_delivered(config: TailConfig, collector: Collector, version: int) -> Tailer:
+    """Run until every version up to ``version`` is delivered; errors propagate."""
+    tailer = Tailer(config, collector.sink())
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            await eventually(
+                lambda: tailer.position is not None and tailer.position >= Position(version + 1),
+                within=30,
+            )
+            tailer.stop()
+
+        tg.start_soon(watch)
+        await tailer.run()
+        tg.cancel_scope.cancel()
+    return tailer
+
+
+async def run_expecting(config: TailConfig, collector: Collector) -> Tailer:
+    """Run a tailer that must stop by itself with an error (raised to the caller)."""
+    tailer = Tailer(config, collector.sink())
+    with anyio.fail_after(30):
+        await tailer.run()
+    raise AssertionError(f"the tailer stopped without an error at {tailer.position}")
+
+
+def commit(uri: str, version: int, *actions: dict[str, Any]) -> None:
+    path = Path(uri, "_delta_log", f"{version:020d}.json")
+    with open(path, "x") as f:
+        f.write("\n".join(json.dumps(a) for a in actions) + "\n")
+
+
+# ---------------------------------------------------------------- schema changes
+
+
+@pytest.mark.anyio
+async def test_additive_schema_change_continues_with_the_new_schema(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri, rows=3)
+    extra = batch([7]).append_column("score", pa.array([9.5]))
+    write_deltalake(uri, extra, mode="append", schema_mode="merge")
+    write_deltalake(uri, extra.set_column(0, "id", pa.array([8], pa.int64())), mode="append")
+    collector = Collector()
+    with caplog.at_level(logging.INFO, logger="deltastream"):
+        await run_until_delivered(follow(tmp_path, uri), collector, 2)
+    assert "version 1 adds column 'score'; continuing with the new schema" in caplog.text
+    by_id = {r["id"]: r for r in collector.rows}
+    assert "score" not in by_id[0]
+    assert by_id[7]["score"] == 9.5 and by_id[8]["score"] == 9.5
+    # The schema changes at a delivery boundary.
+    schemas = [d.schema.names for d in collector.deliveries if d.num_rows]
+    assert schemas[0][:3] == ["id", "name", "part"] and "score" not in schemas[0]
+    assert "score" in schemas[-1]
+
+
+def _drop_name_column(uri: str) -> None:
+    write_deltalake(
+        uri,
+        pa.table({"id": pa.array([50], pa.int64()), "part": pa.array(["p0"])}),
+        mode="overwrite",
+        schema_mode="overwrite",
+        partition_by=["part"],
+    )
+
+
+@pytest.mark.anyio
+async def test_non_additive_schema_change_stops_after_delivering_what_came_before(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri, rows=3)
+    write_deltalake(uri, batch([3]), mode="append")
+    _drop_name_column(uri)  # version 2
+    collector = Collector()
+    with pytest.raises(SchemaChangeError, match="version 2 drops column 'name'") as info:
+        await run_expecting(follow(tmp_path, uri), collector)
+    assert info.value.version == 2
+    # (delta-rs reads older versions with the latest schema, without 'name'.)
+    assert collector.counter(["id"]) == expected_changes(uri, 0, 1, columns=["id"])
+    assert collector.deliveries[-1].end == Position(2)
+    # A restart stops at the same place, delivering nothing again.
+    again = Collector()
+    with pytest.raises(SchemaChangeError):
+        await run_expecting(follow(tmp_path, uri), again)
+    assert again.rows == []
+
+
+@pytest.mark.anyio
+async def test_non_additive_schema_change_can_be_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri, rows=3)
+    _drop_name_column(uri)
+    collector = Collector()
+    config = follow(tmp_path, uri, on_schema_change=OnSchemaChange.CONTINUE)
+    with caplog.at_level(logging.WARNING, logger="deltastream"):
+        await run_until_delivered(config, collector, 1)
+    assert "version 1 drops column 'name'; continuing with the new schema" in caplog.text
+    after = [r for r in collector.rows if r["_commit_version"] == 1]
+    assert Counter((r["_change_type"], r["id"]) for r in after) == Counter(
+        [("delete", 0), ("delete", 1), ("delete", 2), ("insert", 50)]
+    )
+    assert all("name" not in r for r in after)
+
+
+@pytest.mark.anyio
+async def test_column_rename_under_column_mapping_is_non_additive(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri, rows=2)
+    first_commit = Path(uri, "_delta_log", f"{0:020d}.json").read_text()  # noqa: ASYNC240
+    first = [json.loads(line) for line in first_commit.splitlines()]
+    metadata = next(a["metaData"] for a in first if "metaData" in a)
+    schema = json.loads(metadata["schemaString"])
+    schema["fields"][1]["name"] = "label"
+    renamed = {**metadata, "schemaString": json.dumps(schema)}
+    commit(uri, 1, {"metaData": renamed})
+    with pytest.raises(SchemaChangeError, match="drops column 'name'"):
+        await run_expecting(follow(tmp_path, uri), Collector())
+
+
+# ---------------------------------------------------------------- protocol
+
+
+@pytest.mark.anyio
+async def test_unsupported_reader_feature_stops_naming_it(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri, rows=2)
+    write_deltalake(uri, batch([5]), mode="append")
+    before = expected_changes(uri, 0, 1)
+    commit(
+        uri,
+        2,
+        {
+            "protocol": {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": ["teleportation"],
+                "writerFeatures": ["teleportation"],
+            }
+        },
+    )
+    collector = Collector()
+    with pytest.raises(UnsupportedFeatureError, match="'teleportation'") as info:
+        await run_expecting(follow(tmp_path, uri), collector)
+    assert info.value.feature == "teleportation"
+    assert collector.counter() == before
+
+
+@pytest.mark.anyio
+async def test_changes_without_the_feed_stop_unless_inferred(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(4)), partition_by=["part"])  # no change data feed
+    DeltaTable(uri).delete("id = 1")
+    with pytest.raises(ChangeDataNotEnabledError, match=r"version\(s\) 1"):
+        await run_expecting(follow(tmp_path, uri), Collector())
+    collector = Collector()
+    config = follow(tmp_path, uri, infer_without_cdf=True, state=str(tmp_path / "inferred"))
+    await run_until_delivered(config, collector, 1)
+    assert (
+        Counter(r["_change_type"] for r in collector.rows if r["_commit_version"] == 1)["delete"]
+        >= 1
+    )
+
+
+# ---------------------------------------------------------------- log retention
+
+
+async def _tail_to(tmp_path: Path, uri: str, version: int, **changes: Any) -> Collector:
+    collector = Collector()
+    await run_until_delivered(follow(tmp_path, uri, **changes), collector, version)
+    return collector
+
+
+def _remove_commits(uri: str, versions: range) -> None:
+    for v in versions:
+        os.unlink(Path(uri, "_delta_log", f"{v:020d}.json"))
+
+
+@pytest.mark.anyio
+async def test_commits_removed_before_they_were_read_stop_the_stream(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    Writer(uri, commits=2).run()
+    await _tail_to(tmp_path, uri, 2)
+    Writer(uri, commits=6, first_id=3000).run()  # versions 3..8
+    DeltaTable(uri).create_checkpoint()  # at 8
+    _remove_commits(uri, range(3, 6))
+    with pytest.raises(MissingVersionsError, match=r"missing commit version\(s\) 3-5") as info:
+        await run_expecting(follow(tmp_path, uri), Collector())
+    assert info.value.missing == (3, 4, 5)
+
+
+@pytest.mark.anyio
+async def test_commits_removed_can_resume_from_the_oldest_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    Writer(uri, commits=2).run()
+    await _tail_to(tmp_path, uri, 2)
+    Writer(uri, commits=3, first_id=3000).run()  # versions 3..5
+    DeltaTable(uri).create_checkpoint()  # at 5
+    Writer(uri, commits=3, first_id=4000).run()  # versions 6..8
+    _remove_commits(uri, range(3, 5))
+    collector = Collector()
+    with caplog.at_level(logging.WARNING, logger="deltastream"):
+        await run_until_delivered(
+            follow(tmp_path, uri, on_missing_versions=OnMissingVersions.RESUME_FROM_CHECKPOINT),
+            collector,
+            8,
+        )
+    assert "versions skipped: 3..5" in caplog.text
+    assert collector.counter() == expected_changes(uri, 6, 8)
+
+
+# ---------------------------------------------------------------- vacuumed files
+
+
+def _added_files(uri: str, version: int) -> list[str]:
+    lines = Path(uri, "_delta_log", f"{version:020d}.json").read_text().splitlines()
+    return [json.loads(line)["add"]["path"] for line in lines if '"add"' in line]
+
+
+@pytest.mark.anyio
+async def test_vacuumed_data_file_stops_naming_file_and_version(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    await _tail_to(tmp_path, uri, 0)
+    write_deltalake(uri, batch([100, 101, 102]), mode="append")  # version 1
+    gone = _added_files(uri, 1)[0]
+    os.unlink(Path(uri, gone))
+    with pytest.raises(DataFileNotFoundError, match=r"\(named by version 1\)") as info:
+        await run_expecting(follow(tmp_path, uri), Collector())
+    assert info.value.path.endswith(gone) and info.value.version == 1
+
+
+@pytest.mark.anyio
+async def test_vacuumed_data_file_can_be_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    await _tail_to(tmp_path, uri, 0)
+    write_deltalake(uri, batch([100, 101, 102]), mode="append")  # version 1, 3 files
+    write_deltalake(uri, batch([200]), mode="append")  # version 2
+    gone = _added_files(uri, 1)[0]
+    kept = set(_added_files(uri, 1)) - {gone}
+    os.unlink(Path(uri, gone))
+    collector = Collector()
+    with caplog.at_level(logging.WARNING, logger="deltastream"):
+        tailer = await run_until_delivered(
+            follow(tmp_path, uri, on_missing_file=OnMissingFile.SKIP), collector, 2
+        )
+    assert f"skipping {Path(uri, gone)} (named by version 1)" in caplog.text
+    assert tailer.metrics.skipped_files == 1
+    ids = sorted(r["id"] for r in collector.rows)
+    assert 200 in ids and len([i for i in ids if i >= 100 and i < 200]) == len(kept)
+    assert {change_key(r)[0] for r in collector.rows} == {1, 2}

@@ -1,0 +1,133 @@
+"""Many streams in one service: a broken table does not stop the others, transient errors
+restart a stream with backoff, and the health and metrics endpoints report each stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+import anyio
+import pytest
+from deltalake import write_deltalake
+from tailing import Collector, Writer, batch, create_table, eventually, expected_changes
+
+from deltastream.daemon.delivery import Delivery, Position
+from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.sinks import CallbackSink
+from deltastream.daemon.tailer import Mode, StartFrom, TailConfig
+from deltastream.errors import InvalidArgumentError
+
+
+def stream(tmp_path: Path, name: str, uri: str, sink: str = "test") -> StreamConfig:
+    tail = TailConfig(
+        name=name,
+        uri=uri,
+        state=str(tmp_path / "state" / name),
+        mode=Mode.FOLLOW,
+        start=StartFrom(version=0),
+        poll_interval=0.05,
+    )
+    return StreamConfig(tail, sink)
+
+
+@pytest.mark.anyio
+async def test_a_broken_table_does_not_stop_the_others(tmp_path: Path) -> None:
+    good, corrupt = str(tmp_path / "good"), str(tmp_path / "corrupt")
+    create_table(good)
+    create_table(corrupt)
+    await anyio.Path(corrupt, "_delta_log", f"{1:020d}.json").write_text('{"add": {"path": \n')
+    collectors = {"good": Collector(), "corrupt": Collector(), "missing": Collector()}
+    config = ServiceConfig(
+        streams=(
+            stream(tmp_path, "good", good),
+            stream(tmp_path, "corrupt", corrupt),
+            stream(tmp_path, "missing", str(tmp_path / "nothing-here")),
+        ),
+        http_address="127.0.0.1:0",
+    )
+    service = Service(config, sinks={n: c.sink() for n, c in collectors.items()})
+    async with anyio.create_task_group() as tg:
+        await tg.start(service.run)
+        await eventually(lambda: service.metrics["corrupt"].status == "failed")
+        await eventually(lambda: service.metrics["missing"].status == "failed")
+        # The healthy stream keeps following new commits after the others failed.
+        await anyio.to_thread.run_sync(Writer(good, commits=5).run)
+        await eventually(lambda: service.metrics["good"].last_delivered_version >= 5)
+        assert service.address is not None
+        host, port = service.address
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://{host}:{port}/healthz") as resp:
+                assert resp.status == 200
+                health = json.loads(await resp.text())
+            async with http.get(f"http://{host}:{port}/metrics") as resp:
+                assert resp.status == 200
+                assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                metrics = await resp.text()
+        service.stop()
+    assert health["status"] == "degraded"
+    status = {t["name"]: t["status"] for t in health["tables"]}
+    assert status == {"good": "following", "corrupt": "failed", "missing": "failed"}
+    assert 'deltastream_last_delivered_version{table="good"} 5' in metrics
+    assert 'deltastream_up{table="corrupt"} 0.0' in metrics
+    assert 'deltastream_rows_delivered_total{table="good"}' in metrics
+    assert collectors["good"].counter() == expected_changes(good, 0, 5)
+    # The corrupt table's first version was delivered before its stream stopped.
+    assert {r["_commit_version"] for r in collectors["corrupt"].rows} == {0}
+    assert "00000000000000000001.json" in service.metrics["corrupt"].last_error
+    assert "not a Delta table" in service.metrics["missing"].last_error or (
+        "nothing-here" in service.metrics["missing"].last_error
+    )
+
+
+@pytest.mark.anyio
+async def test_transient_errors_restart_the_stream_with_backoff(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    write_deltalake(uri, batch([77]), mode="append")
+    failures = 2
+    delivered: list[Delivery] = []
+
+    def flaky(delivery: Delivery) -> None:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise ConnectionError("the destination is down")
+        delivered.append(delivery)
+
+    config = ServiceConfig(streams=(stream(tmp_path, "t", uri),), http_address=None)
+    service = Service(config, sinks={"t": CallbackSink(flaky)})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await eventually(lambda: service.metrics["t"].last_delivered_version >= 1, within=20)
+        service.stop()
+    m = service.metrics["t"]
+    assert (m.restarts, m.errors) == (2, 2)
+    assert "ConnectionError: the destination is down" in m.last_error
+    assert delivered[0].start == Position(0)
+    assert sum(d.num_rows for d in delivered) == 11
+
+
+@pytest.mark.anyio
+async def test_stop_is_prompt_while_waiting_for_commits(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    config = ServiceConfig(
+        streams=(stream(tmp_path, "t", uri),), http_address=None, shutdown_grace=5
+    )
+    service = Service(config, sinks={"t": Collector().sink()})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await eventually(lambda: service.metrics["t"].last_delivered_version >= 0)
+        with anyio.fail_after(2):
+            service.stop()
+            await eventually(lambda: service.metrics["t"].status == "stopped")
+
+
+def test_config_rejects_shared_state_and_duplicate_names(tmp_path: Path) -> None:
+    a = stream(tmp_path, "a", "/t1")
+    with pytest.raises(InvalidArgumentError, match="unique"):
+        ServiceConfig(streams=(a, a))
+    b = StreamConfig(TailConfig(name="b", uri="/t2", state=a.tail.state), "jsonl:-")
+    with pytest.raises(InvalidArgumentError, match="its own state directory"):
+        ServiceConfig(streams=(a, b))

@@ -1,0 +1,786 @@
+"""The sinks against real destinations: files on disk, an aiohttp server on 127.0.0.1, real
+child processes. Crashes are simulated by what a crash leaves behind (a torn tail, files
+written after the committed position) and a fresh sink recovering from the committed state."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import logging
+import shlex
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from aiohttp import web
+from conftest import free_port
+
+from deltastream.daemon.delivery import Delivery, Position
+from deltastream.daemon.sinks import (
+    CallbackSink,
+    ExecSink,
+    HttpSink,
+    JsonlSink,
+    ParquetSink,
+    parquet_file_name,
+    parse_parquet_file_name,
+    parse_sink,
+)
+from deltastream.errors import (
+    DeltaStreamError,
+    HttpStatusError,
+    InvalidArgumentError,
+    SinkError,
+    StorageError,
+)
+
+pytestmark = pytest.mark.anyio
+
+UTC = dt.UTC
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("amount", pa.decimal128(10, 2)),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("tags", pa.map_(pa.string(), pa.int32())),
+        ("_change_type", pa.string()),
+        ("_commit_version", pa.int64()),
+        ("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def commit_time(version: int) -> dt.datetime:
+    return dt.datetime(2024, 5, 1, 12, 0, version, tzinfo=UTC)
+
+
+def batch(version: int, ids: list[int], change: str = "insert") -> pa.RecordBatch:
+    n = len(ids)
+    return pa.record_batch(
+        [
+            pa.array(ids, pa.int64()),
+            pa.array([f"name-{i}" if i % 3 else None for i in ids], pa.string()),
+            pa.array([decimal.Decimal(i) / 4 for i in ids], pa.decimal128(10, 2)),
+            pa.array(
+                [dt.datetime(2024, 1, 2, 3, 4, 5, i, tzinfo=UTC) for i in ids],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            pa.array([[("k", i), ("é", -i)] for i in ids], pa.map_(pa.string(), pa.int32())),
+            pa.array([change] * n, pa.string()),
+            pa.array([version] * n, pa.int64()),
+            pa.array([commit_time(version)] * n, pa.timestamp("us", tz="UTC")),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def make_delivery(
+    start: Position,
+    end: Position,
+    batches: list[pa.RecordBatch],
+    table: str = "orders",
+) -> Delivery:
+    return Delivery(
+        table=table,
+        table_id=f"id-of-{table}",
+        table_uri=f"/data/{table}",
+        start=start,
+        end=end,
+        schema=SCHEMA,
+        batches=batches,
+    )
+
+
+def expected_row(version: int, i: int, change: str = "insert") -> dict[str, Any]:
+    """A row as JSON, written out independently of the code under test."""
+    return {
+        "id": i,
+        "name": f"name-{i}" if i % 3 else None,
+        "amount": str((decimal.Decimal(i) / 4).quantize(decimal.Decimal("0.01"))),
+        "ts": f"2024-01-02T03:04:05.{i:06d}+00:00",
+        "tags": {"k": i, "é": -i},
+        "_change_type": change,
+        "_commit_version": version,
+        "_commit_timestamp": f"2024-05-01T12:00:{version:02d}+00:00",
+    }
+
+
+# Three consecutive deliveries of versions 3, 4 (two batches) and 5..6 (no rows in 6).
+D1 = make_delivery(Position(3), Position(4), [batch(3, [1, 2])])
+D2 = make_delivery(Position(4), Position(5), [batch(4, [3]), batch(4, [4, 5], "delete")])
+D3 = make_delivery(Position(5), Position(7), [batch(5, [6])])
+#: What a restart after D1 was committed may deliver instead of D2 and D3.
+D23 = make_delivery(
+    Position(4), Position(7), [batch(4, [3]), batch(4, [4, 5], "delete"), batch(5, [6])]
+)
+EMPTY = make_delivery(Position(7), Position(8), [])
+
+
+def rows_of(*deliveries: Delivery) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for d in deliveries:
+        for b in d.batches:
+            for i, change, version in zip(
+                b.column("id").to_pylist(),
+                b.column("_change_type").to_pylist(),
+                b.column("_commit_version").to_pylist(),
+                strict=True,
+            ):
+                rows.append(expected_row(version, i, change))
+    return rows
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# --------------------------------------------------------------------------------- jsonl
+
+
+async def test_jsonl_writes_exact_lines_and_commits_the_size(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        assert sink.guarantee == "exactly-once"
+        assert sink.description == f"jsonl:{path}"
+        await sink.recover(None, {})
+        state = await sink.deliver(D1)
+    first = (
+        '{"id": 1, "name": "name-1", "amount": "0.25", "ts": "2024-01-02T03:04:05.000001+00:00", '
+        '"tags": {"k": 1, "é": -1}, "_change_type": "insert", "_commit_version": 3, '
+        '"_commit_timestamp": "2024-05-01T12:00:03+00:00"}\n'
+    )
+    second = (
+        '{"id": 2, "name": "name-2", "amount": "0.50", "ts": "2024-01-02T03:04:05.000002+00:00", '
+        '"tags": {"k": 2, "é": -2}, "_change_type": "insert", "_commit_version": 3, '
+        '"_commit_timestamp": "2024-05-01T12:00:03+00:00"}\n'
+    )
+    assert path.read_text(encoding="utf-8") == first + second
+    assert state == {"bytes": len((first + second).encode())} == {"bytes": path.stat().st_size}
+
+
+async def test_jsonl_appends_consecutive_deliveries(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        await sink.recover(None, {})
+        sizes = [(await sink.deliver(d))["bytes"] for d in (D1, D2, D3, EMPTY)]
+    assert read_jsonl(path) == rows_of(D1, D2, D3)
+    assert sizes[-1] == sizes[-2] == path.stat().st_size  # no rows: nothing written
+    assert sizes == sorted(sizes)
+
+
+async def test_jsonl_recover_truncates_a_torn_tail_and_the_repeat_is_exactly_once(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        await sink.recover(None, {})
+        committed_state = await sink.deliver(D1)  # committed with D1.end
+        await sink.deliver(D2)  # written, but the crash came before the commit
+    with path.open("ab") as f:  # ... in the middle of writing D3
+        f.write(b'{"id": 6, "name": "na')
+
+    async with JsonlSink(path) as sink:
+        await sink.recover(D1.end, committed_state)
+        assert path.stat().st_size == committed_state["bytes"]
+        state = await sink.deliver(D23)  # the repeat covers a different range
+    assert read_jsonl(path) == rows_of(D1, D2, D3)
+    assert state == {"bytes": path.stat().st_size}
+
+
+async def test_jsonl_with_nothing_committed_starts_an_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    path.write_text('{"written": "before any commit"}\n')
+    async with JsonlSink(path) as sink:
+        await sink.recover(None, {"bytes": 10})  # state without a position is ignored
+        assert path.read_bytes() == b""
+        await sink.deliver(D1)
+    assert read_jsonl(path) == rows_of(D1)
+
+
+async def test_jsonl_refuses_a_file_shorter_than_committed(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    path.write_text("{}\n")
+    sink = JsonlSink(path)
+    with pytest.raises(StorageError, match=r"orders\.jsonl: the file has 3 bytes but 500 were"):
+        await sink.recover(D1.end, {"bytes": 500})
+    assert path.read_text() == "{}\n"  # untouched
+    await sink.aclose()
+
+
+async def test_jsonl_rejects_a_bad_committed_size_and_delivery_before_recover(
+    tmp_path: Path,
+) -> None:
+    sink = JsonlSink(tmp_path / "orders.jsonl")
+    with pytest.raises(InvalidArgumentError, match="no valid file size"):
+        await sink.recover(D1.end, {"bytes": "12"})
+    with pytest.raises(RuntimeError, match="recover"):
+        await sink.deliver(D1)
+    await sink.aclose()
+    await sink.aclose()  # idempotent
+
+
+async def test_jsonl_stdout_is_at_least_once_and_flushed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with JsonlSink("-") as sink:
+        assert sink.guarantee == "at-least-once"
+        assert sink.description == "jsonl:-"
+        await sink.recover(D1.start, {"bytes": 123})  # nothing to undo
+        assert await sink.deliver(D1) == {}
+        assert [json.loads(x) for x in capsys.readouterr().out.splitlines()] == rows_of(D1)
+        await sink.deliver(EMPTY)
+        assert capsys.readouterr().out == ""
+
+
+# ------------------------------------------------------------------------------- parquet
+
+
+def read_parquet_rows(directory: Path, table: str = "orders") -> list[dict[str, Any]]:
+    """The rows of ``table``'s files in name order, as JSON-like dicts."""
+    files = sorted(p for p in directory.iterdir() if p.name.startswith(f"{table}-"))
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        for row in pq.read_table(f).to_pylist(maps_as_pydicts="lossy"):
+            rows.append(
+                {
+                    **row,
+                    "amount": str(row["amount"]),
+                    "ts": row["ts"].isoformat(),
+                    "_commit_timestamp": row["_commit_timestamp"].isoformat(),
+                }
+            )
+    return rows
+
+
+def test_parquet_file_names_encode_table_versions_and_start() -> None:
+    name = parquet_file_name(D3)
+    assert name == (
+        "orders-00000000000000000005-00000000000000000006-00000000000000000005c000000000000.parquet"
+    )
+    parsed = parse_parquet_file_name(name)
+    assert parsed is not None
+    assert (parsed.table, parsed.from_version, parsed.to_version, parsed.start) == (
+        "orders",
+        5,
+        6,
+        Position(5),
+    )
+    snap = make_delivery(Position(2, True, 100), Position(2, True, 200), [], table="a-b.c")
+    parsed = parse_parquet_file_name(parquet_file_name(snap))
+    assert parsed is not None and parsed.table == "a-b.c" and parsed.start == snap.start
+    assert parse_parquet_file_name("orders.parquet") is None
+    # Names sort in stream order.
+    names = [parquet_file_name(d) for d in (D1, D2, D3)]
+    assert names == sorted(names)
+
+
+async def test_parquet_writes_one_file_per_delivery(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    async with ParquetSink(out) as sink:
+        assert sink.guarantee == "exactly-once"
+        assert sink.description == f"parquet:{out}"
+        await sink.recover(None, {})
+        for d in (D1, D2, D3, EMPTY):
+            assert await sink.deliver(d) == {"table": "orders"}
+    assert names(out) == [parquet_file_name(d) for d in (D1, D2, D3)]
+    assert read_parquet_rows(out) == rows_of(D1, D2, D3)
+    # The whole directory reads back as the stream, each row once.
+    table = pq.read_table(out)
+    assert table.schema.remove_metadata() == SCHEMA
+    assert sorted(table.column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
+
+
+async def test_parquet_repeated_delivery_overwrites_itself(tmp_path: Path) -> None:
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(None, {})
+        await sink.deliver(D1)
+        await sink.deliver(D1)
+    assert names(tmp_path) == [parquet_file_name(D1)]
+    assert read_parquet_rows(tmp_path) == rows_of(D1)
+
+
+async def test_parquet_recover_removes_what_was_written_after_the_commit(tmp_path: Path) -> None:
+    async with ParquetSink(tmp_path) as other:
+        await other.recover(None, {})
+        await other.deliver(make_delivery(Position(0), Position(9), [batch(0, [100])], "other"))
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(None, {})
+        committed = await sink.deliver(D1)
+        await sink.deliver(D2)
+        await sink.deliver(D3)
+    # Temp files a crash left mid-write: this stream's and another stream's.
+    ours_tmp = tmp_path / f".{parquet_file_name(D23)}.a1b2c3d4.tmp"
+    theirs = make_delivery(Position(9), Position(10), [batch(9, [7])], "other")
+    theirs_tmp = tmp_path / f".{parquet_file_name(theirs)}.zz_9abcd.tmp"
+    ours_tmp.write_bytes(b"PAR1 torn")
+    theirs_tmp.write_bytes(b"PAR1 torn")
+    unrelated = tmp_path / "notes.txt"
+    unrelated.write_text("keep me")
+
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(D1.end, committed)
+        assert names(tmp_path) == sorted(
+            [
+                parquet_file_name(D1),
+                "other-00000000000000000000-00000000000000000008-00000000000000000000c000000000000.parquet",
+                theirs_tmp.name,
+                unrelated.name,
+            ]
+        )
+        await sink.deliver(D23)
+    assert read_parquet_rows(tmp_path) == rows_of(D1, D2, D3)
+    assert [r["id"] for r in read_parquet_rows(tmp_path, "other")] == [100]
+
+
+async def test_parquet_cleanup_waits_for_the_stream_name_when_nothing_was_committed(
+    tmp_path: Path,
+) -> None:
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(None, {})
+        await sink.deliver(D1)  # crash before the first commit
+    theirs = make_delivery(Position(0), Position(1), [batch(0, [100])], "other")
+    async with ParquetSink(tmp_path) as other:
+        await other.recover(None, {})
+        await other.deliver(theirs)
+
+    sink = ParquetSink(tmp_path)
+    await sink.recover(None, {})  # does not know the stream yet: nothing removed
+    assert len(names(tmp_path)) == 2
+    await sink.deliver(make_delivery(Position(3), Position(4), [], "orders"))
+    assert names(tmp_path) == [parquet_file_name(theirs)]
+    await sink.aclose()
+
+
+async def test_parquet_sink_told_its_stream_cleans_up_in_recover(tmp_path: Path) -> None:
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(None, {})
+        await sink.deliver(D1)
+    sink = ParquetSink(tmp_path, table="orders")
+    await sink.recover(None, {})
+    assert names(tmp_path) == []
+    with pytest.raises(InvalidArgumentError, match="serves stream 'orders', not 'other'"):
+        await sink.deliver(make_delivery(Position(0), Position(1), [batch(0, [1])], "other"))
+    with pytest.raises(InvalidArgumentError, match="state is for stream 'other'"):
+        await sink.recover(D1.end, {"table": "other"})
+
+
+async def test_parquet_empty_delivery_writes_nothing(tmp_path: Path) -> None:
+    async with ParquetSink(tmp_path / "out") as sink:
+        await sink.recover(None, {})
+        assert await sink.deliver(EMPTY) == {"table": "orders"}
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------- http
+
+
+@dataclass
+class Recorded:
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass
+class Receiver:
+    """An HTTP endpoint that plays ``script`` (one action per request, then "ok")."""
+
+    url: str
+    script: list[str] = field(default_factory=list)
+    requests: list[Recorded] = field(default_factory=list)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    port = free_port()
+    rec = Receiver(url=f"http://127.0.0.1:{port}/hook")
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        rec.requests.append(Recorded(dict(request.headers), body, time.monotonic()))
+        action = rec.script.pop(0) if rec.script else "ok"
+        if action == "ok":
+            return web.json_response({"ok": True})
+        if action == "drop":
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
+        if action.startswith("sleep"):
+            await anyio.sleep(float(action.split(":")[1]))
+            return web.json_response({"ok": "late"})
+        if action.startswith("429"):
+            return web.Response(status=429, headers={"Retry-After": action.split(":")[1]})
+        if action == "302":
+            raise web.HTTPFound("/elsewhere")
+        status = int(action)
+        return web.Response(status=status, text=f"status {status}\n  from the   test server")
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        rec.requests.append(Recorded(dict(request.headers), b"", time.monotonic()))
+        return web.Response(text="followed")
+
+    app = web.Application()
+    app.router.add_post("/hook", handle)
+    app.router.add_route("*", "/elsewhere", elsewhere)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield rec
+    finally:
+        await runner.cleanup()
+
+
+def fast_http(url: str, **kwargs: Any) -> HttpSink:
+    return HttpSink(url, base_delay=0.01, max_delay=0.05, **kwargs)
+
+
+async def test_http_posts_one_json_document_per_delivery(receiver: Receiver) -> None:
+    async with fast_http(receiver.url) as sink:
+        assert sink.guarantee == "at-least-once"
+        assert sink.description == receiver.url
+        await sink.recover(None, {})
+        assert await sink.deliver(D2) == {}
+        assert await sink.deliver(EMPTY) == {}  # no rows: no request
+    (req,) = receiver.requests
+    assert req.headers["Content-Type"] == "application/json"
+    assert req.headers["Idempotency-Key"] == D2.idempotency_key
+    assert D2.idempotency_key == (
+        "id-of-orders:00000000000000000004c000000000000-00000000000000000005c000000000000"
+    )
+    assert json.loads(req.body) == {
+        "table": "orders",
+        "table_id": "id-of-orders",
+        "table_uri": "/data/orders",
+        "from_version": 4,
+        "to_version": 4,
+        "start": {"version": 4, "snapshot": False, "offset": 0},
+        "end": {"version": 5, "snapshot": False, "offset": 0},
+        "rows": rows_of(D2),
+    }
+
+
+async def test_http_retries_5xx_and_dropped_connections(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    receiver.script = ["503", "drop", "500"]
+    async with fast_http(receiver.url) as sink:
+        await sink.deliver(D1)
+        assert sink.retries == 3
+    assert len(receiver.requests) == 4
+    assert len({r.body for r in receiver.requests}) == 1
+    assert {r.headers["Idempotency-Key"] for r in receiver.requests} == {D1.idempotency_key}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3
+    assert "HTTP 503 Service Unavailable: status 503 from the test server" in warnings[0]
+    assert "ServerDisconnected" in warnings[1]
+
+
+async def test_http_honours_retry_after(receiver: Receiver) -> None:
+    receiver.script = ["429:1", "408", "409"]
+    async with fast_http(receiver.url) as sink:
+        await sink.deliver(D1)
+    assert len(receiver.requests) == 4
+    first, second = receiver.requests[:2]
+    assert second.at - first.at >= 0.9  # not the 0.05 s backoff cap
+
+
+async def test_http_retries_timeouts(receiver: Receiver) -> None:
+    receiver.script = ["sleep:0.8"]
+    async with fast_http(receiver.url, timeout=0.3) as sink:
+        await sink.deliver(D1)
+        assert sink.retries == 1
+    assert len(receiver.requests) == 2
+
+
+async def test_http_4xx_is_permanent(receiver: Receiver) -> None:
+    receiver.script = ["400"]
+    async with fast_http(receiver.url) as sink:
+        with pytest.raises(HttpStatusError) as e:
+            await sink.deliver(D1)
+    assert e.value.status == 400
+    assert str(e.value) == (
+        f"{receiver.url}: POST rejected with HTTP 400 Bad Request: status 400 from the test server"
+    )
+    assert isinstance(e.value, DeltaStreamError)
+    assert len(receiver.requests) == 1
+
+
+async def test_http_redirects_are_not_followed(receiver: Receiver) -> None:
+    receiver.script = ["302"]
+    async with fast_http(receiver.url) as sink:
+        with pytest.raises(HttpStatusError, match="HTTP 302"):
+            await sink.deliver(D1)
+    assert len(receiver.requests) == 1
+
+
+async def test_http_gives_up_after_max_attempts(receiver: Receiver) -> None:
+    receiver.script = ["503"] * 5
+    async with fast_http(receiver.url, max_attempts=3) as sink:
+        with pytest.raises(SinkError, match=r"failed after 3 attempt\(s\): HTTP 503"):
+            await sink.deliver(D1)
+    assert len(receiver.requests) == 3
+
+
+async def test_http_retries_while_the_server_is_down() -> None:
+    port = free_port()
+    async with fast_http(f"http://127.0.0.1:{port}/", max_attempts=3) as sink:
+        with pytest.raises(SinkError, match="ClientConnectorError"):
+            await sink.deliver(D1)
+        assert sink.retries == 2
+
+
+# ---------------------------------------------------------------------------------- exec
+
+
+def python_command(tmp_path: Path, source: str, *args: Path | str) -> str:
+    script = tmp_path / f"script-{len(list(tmp_path.glob('script-*')))}.py"
+    script.write_text(textwrap.dedent(source))
+    return " ".join(shlex.quote(str(a)) for a in (sys.executable, script, *args))
+
+
+RECORDING_SCRIPT = """
+    import json, os, sys
+    import pyarrow.parquet as pq
+
+    out, counter = sys.argv[1], sys.argv[2]
+    runs = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
+    open(counter, "w").write(str(runs))
+    env = {k: v for k, v in os.environ.items() if k.startswith("DELTASTREAM_")}
+    table = pq.read_table(env["DELTASTREAM_BATCH_PATH"])
+    with open(out, "a") as f:
+        f.write(json.dumps({"run": runs, "env": env, "ids": table.column("id").to_pylist(),
+                            "columns": table.column_names, "marker": os.environ["MARKER"]}) + "\\n")
+    print("to stdout")
+    if runs <= int(sys.argv[3]):
+        print(f"line one\\nboom on run {runs}", file=sys.stderr)
+        sys.exit(3)
+"""
+
+
+async def test_exec_runs_the_command_with_the_batch_and_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MARKER", "inherited")
+    out, counter = tmp_path / "seen.jsonl", tmp_path / "runs"
+    command = python_command(tmp_path, RECORDING_SCRIPT, out, counter, "0")
+    work = tmp_path / "work"
+    async with ExecSink(command, work_dir=work) as sink:
+        assert sink.guarantee == "at-least-once"
+        assert sink.description == f"exec:{command}"
+        await sink.recover(None, {})
+        assert await sink.deliver(D2) == {}
+        assert await sink.deliver(EMPTY) == {}  # no rows: not run
+    (seen,) = read_jsonl(out)
+    batch_path = work / f"orders-{D2.start.token}-{D2.end.token}.parquet"
+    assert seen["env"] == {
+        "DELTASTREAM_TABLE": "orders",
+        "DELTASTREAM_TABLE_URI": "/data/orders",
+        "DELTASTREAM_TABLE_ID": "id-of-orders",
+        "DELTASTREAM_FROM_VERSION": "4",
+        "DELTASTREAM_TO_VERSION": "4",
+        "DELTASTREAM_BATCH_PATH": str(batch_path),
+        "DELTASTREAM_ROWS": "3",
+        "DELTASTREAM_IDEMPOTENCY_KEY": D2.idempotency_key,
+    }
+    assert seen["ids"] == [3, 4, 5]
+    assert seen["columns"] == SCHEMA.names
+    assert seen["marker"] == "inherited"
+    assert list(work.iterdir()) == []  # acknowledged: the batch file is gone
+
+
+async def test_exec_retries_a_failing_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("MARKER", "x")
+    out, counter = tmp_path / "seen.jsonl", tmp_path / "runs"
+    command = python_command(tmp_path, RECORDING_SCRIPT, out, counter, "2")
+    async with ExecSink(command, work_dir=tmp_path / "w", base_delay=0.01) as sink:
+        await sink.deliver(D1)
+        assert sink.retries == 2
+    assert [s["run"] for s in read_jsonl(out)] == [1, 2, 3]
+    assert {s["env"]["DELTASTREAM_IDEMPOTENCY_KEY"] for s in read_jsonl(out)} == {
+        D1.idempotency_key
+    }
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "command exited with status 3" in warnings[0]
+    assert warnings[0].endswith("last lines of stderr:\nline one\nboom on run 1")
+
+
+async def test_exec_gives_up_after_max_attempts(tmp_path: Path) -> None:
+    command = "echo first >&2; echo 'it broke' >&2; exit 7"
+    async with ExecSink(command, max_attempts=2, base_delay=0.01, stderr_lines=1) as sink:
+        with pytest.raises(SinkError, match=r"after 2 attempt\(s\): command exited with status 7"):
+            await sink.deliver(D1)
+        with pytest.raises(SinkError) as e:
+            await sink.deliver(D1)
+        assert e.value.problem.endswith("last lines of stderr:\nit broke")
+        work = sink.work_dir
+        assert list(work.iterdir()) == []
+    assert not work.exists()  # the default work directory is removed on close
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for its parent is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+SLEEPER_SCRIPT = """
+    import os, signal, subprocess, sys, time
+    if sys.argv[2] == "ignore-term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(60)
+"""
+
+
+def read_when_there(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
+
+
+async def wait_for(path: Path) -> str:
+    with anyio.fail_after(20):
+        while True:
+            text = read_when_there(path)
+            if text is not None:
+                return text
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.parametrize("mode", ["term", "ignore-term"])
+async def test_exec_cancellation_kills_the_whole_command(tmp_path: Path, mode: str) -> None:
+    pids_file = tmp_path / "pids"
+    command = python_command(tmp_path, SLEEPER_SCRIPT, pids_file, mode)
+    work = tmp_path / "work"
+    async with ExecSink(command, work_dir=work, kill_grace=0.5) as sink:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sink.deliver, D1)
+            pids = [int(p) for p in (await wait_for(pids_file)).split()]
+            assert all(alive(p) for p in pids)
+            started = time.monotonic()
+            tg.cancel_scope.cancel()
+        elapsed = time.monotonic() - started
+    assert not any(alive(p) for p in pids)
+    if mode == "ignore-term":
+        assert elapsed >= 0.5  # waited the grace period, then SIGKILL
+    else:
+        assert elapsed < 5
+    assert list(work.iterdir()) == []
+
+
+async def test_exec_timeout_kills_and_retries(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    # The first run hangs; the second succeeds.
+    command = (
+        f"if [ -e {shlex.quote(str(counter))} ]; then exit 0; fi; "
+        f"touch {shlex.quote(str(counter))}; echo hanging >&2; sleep 60"
+    )
+    async with ExecSink(command, timeout=0.5, base_delay=0.01, kill_grace=0.2) as sink:
+        with anyio.fail_after(10):
+            await sink.deliver(D1)
+        assert sink.retries == 1
+
+
+# ------------------------------------------------------------------------------ callback
+
+
+async def test_callback_sync_and_async() -> None:
+    seen: list[Delivery] = []
+
+    def sync_fn(d: Delivery) -> None:
+        seen.append(d)
+
+    async def async_fn(d: Delivery) -> None:
+        await anyio.lowlevel.checkpoint()
+        seen.append(d)
+
+    async with CallbackSink(sync_fn) as sink:
+        assert sink.guarantee == "at-least-once"
+        assert sink.description.startswith("callback:") and "sync_fn" in sink.description
+        await sink.recover(None, {})
+        assert await sink.deliver(D1) == {}
+    async with CallbackSink(async_fn, description="my-app") as sink:
+        assert sink.description == "my-app"
+        await sink.deliver(D2)
+        await sink.deliver(EMPTY)  # passed on: it advances the position
+    assert seen == [D1, D2, EMPTY]
+
+
+async def test_callback_exceptions_propagate() -> None:
+    def sync_fail(d: Delivery) -> None:
+        raise ValueError("sync nope")
+
+    async def async_fail(d: Delivery) -> None:
+        raise KeyError("async nope")
+
+    fns: list[Callable[[Delivery], Awaitable[None] | None]] = [sync_fail, async_fail]
+    for fn, exc in zip(fns, (ValueError, KeyError), strict=True):
+        with pytest.raises(exc, match="nope"):
+            await CallbackSink(fn).deliver(D1)
+
+
+# ---------------------------------------------------------------------------------- spec
+
+
+def test_parse_sink_accepts_the_documented_forms(tmp_path: Path) -> None:
+    jsonl = parse_sink(f"jsonl:{tmp_path}/a.jsonl")
+    assert isinstance(jsonl, JsonlSink) and jsonl.path == tmp_path / "a.jsonl"
+    assert jsonl.description == f"jsonl:{tmp_path}/a.jsonl"
+    stdout = parse_sink("jsonl:-")
+    assert isinstance(stdout, JsonlSink) and stdout.path is None
+    parquet = parse_sink(f"parquet:{tmp_path}/out")
+    assert isinstance(parquet, ParquetSink) and parquet.directory == tmp_path / "out"
+    for url in ("http://127.0.0.1:8080/hook?x=1", "https://example.com/ingest"):
+        http = parse_sink(url)
+        assert isinstance(http, HttpSink) and http.url == url == http.description
+        spelt = parse_sink(f"http:{url}")
+        assert isinstance(spelt, HttpSink) and spelt.url == url
+    ex = parse_sink("exec:run-etl --table orders", work_dir=tmp_path / "w")
+    assert isinstance(ex, ExecSink) and ex.command == "run-etl --table orders"
+    assert ex.work_dir == tmp_path / "w"
+    assert ex.description == "exec:run-etl --table orders"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "orders.jsonl",
+        "jsonl:",
+        "parquet:",
+        "exec:",
+        "exec:   ",
+        "http:",
+        "http:foo",
+        "https://",
+        "ftp://host/x",
+        "kafka:topic",
+        ":x",
+    ],
+)
+def test_parse_sink_rejects_malformed_specs(spec: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"jsonl:PATH.*exec:COMMAND"):
+        parse_sink(spec)

@@ -1,0 +1,145 @@
+"""The stream state directory: positions and their tokens, conditional commits that fence off
+a second tailer, saved table snapshots that other tools read, corrupt state files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from tailing import Writer, create_table
+
+from deltastream.daemon.delivery import Position
+from deltastream.daemon.metrics import TableMetrics, render_prometheus
+from deltastream.daemon.progress import TerminalProgress
+from deltastream.daemon.state import POSITION_KEY, StateStore, StreamState
+from deltastream.daemon.tailer import _retention_ms
+from deltastream.errors import CorruptFileError, InvalidArgumentError, StateConflictError
+from deltastream.log.actions import Metadata
+from deltastream.snapshot.incremental import IncrementalState
+from deltastream.snapshot.loader import load_table_state
+from deltastream.storage import open_store
+
+
+def test_positions_order_and_round_trip_through_tokens() -> None:
+    ordered = [
+        Position(4),
+        Position(4, offset=7),
+        Position(4, snapshot=True),
+        Position(4, snapshot=True, offset=10**9),
+        Position(5),
+        Position(12, offset=3),
+        Position(100),
+    ]
+    assert sorted(reversed(ordered)) == ordered
+    tokens = [p.token for p in ordered]
+    assert sorted(tokens) == tokens
+    assert [Position.from_token(t) for t in tokens] == ordered
+    assert [Position.from_json(p.to_json()) for p in ordered] == ordered
+    for bad in ("", "5", "00000000000000000005x000000000000", "0" * 33):
+        with pytest.raises(ValueError):
+            Position.from_token(bad)
+
+
+@pytest.mark.anyio
+async def test_commit_fences_off_a_second_tailer(tmp_path: Path) -> None:
+    async with open_store(str(tmp_path)) as store:
+        first, second = StateStore(store), StateStore(store)
+        assert await first.load() is None
+        state = StreamState("/t", "id-1", Position(3))
+        await first.commit(state)
+        loaded = await second.load()
+        assert loaded is not None and loaded.position == Position(3)
+        await second.commit(StreamState("/t", "id-1", Position(4)))  # takes the state over
+        with pytest.raises(StateConflictError, match="another tailer"):
+            await first.commit(StreamState("/t", "id-1", Position(5)))
+        again = await StateStore(store).load()
+        assert again is not None and again.position == Position(4)
+        with pytest.raises(InvalidArgumentError, match="before load"):
+            await StateStore(store).commit(state)
+
+
+@pytest.mark.anyio
+async def test_corrupt_state_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / POSITION_KEY).write_text('{"format": 1, "table_uri": ')
+    async with open_store(str(tmp_path)) as store:
+        with pytest.raises(CorruptFileError, match=r"position\.json: not a valid stream state"):
+            await StateStore(store).load()
+    (tmp_path / POSITION_KEY).write_text(json.dumps({"format": 99}))
+    async with open_store(str(tmp_path)) as store:
+        with pytest.raises(CorruptFileError, match="unknown state format 99"):
+            await StateStore(store).load()
+
+
+@pytest.mark.anyio
+async def test_saved_snapshot_is_a_delta_checkpoint(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    Writer(uri, commits=6).run()
+    async with open_store(uri) as table_store, open_store(str(tmp_path / "s")) as state_store:
+        state, _ = await load_table_state(table_store, 6, files=True)
+        table = IncrementalState.from_log_state(state, 6)
+        states = StateStore(state_store)
+        assert await states.save_snapshot(table) == 6
+        restored = await states.load_snapshot(6, table_store.root_uri)
+    assert restored.version == 6 and restored.num_files == table.num_files
+    a, b = restored.to_log_state(), table.to_log_state()
+    assert a.files.sort_by("path").column("path") == b.files.sort_by("path").column("path")
+    assert a.metadata == b.metadata and a.protocol == b.protocol
+    # Other tools read it as a checkpoint: the protocol's columns, one action per row.
+    parquet = pq.read_table(tmp_path / "s" / "snapshots" / f"{6:020d}.checkpoint.parquet")
+    assert {"add", "remove", "metaData", "protocol", "txn"} <= set(parquet.column_names)
+    adds = parquet.column("add").drop_null().to_pylist()
+    assert sorted(a["path"] for a in adds) == sorted(
+        p.removeprefix(uri + "/") for p in DeltaTable(uri).file_uris()
+    )
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected_ms"),
+    [
+        (None, 7 * 86_400_000),
+        ("interval 1 week", 604_800_000),
+        ("interval 2 days", 2 * 86_400_000),
+        ("INTERVAL 36 HOURS", 36 * 3_600_000),
+        ("interval 90 minutes", 90 * 60_000),
+        ("nonsense", 7 * 86_400_000),
+    ],
+)
+def test_tombstone_retention_follows_the_table_property(
+    configured: str | None, expected_ms: int
+) -> None:
+    config = {} if configured is None else {"delta.deletedFileRetentionDuration": configured}
+    metadata = Metadata.from_json(
+        {
+            "id": "x",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": '{"type":"struct","fields":[]}',
+            "partitionColumns": [],
+            "configuration": config,
+        }
+    )
+    assert _retention_ms(metadata) == expected_ms
+
+
+def test_prometheus_text_and_progress_bar(tmp_path: Path) -> None:
+    m = TableMetrics("orders", 's3://lake/"orders"')
+    m.last_seen_version, m.last_delivered_version, m.rows_delivered = 12, 9, 1234
+    m.oldest_undelivered_ms = 0
+    text = render_prometheus([m])
+    assert 'deltastream_lag_versions{table="orders"} 3' in text
+    assert 'deltastream_rows_delivered_total{table="orders"} 1234' in text
+    assert 'uri="s3://lake/\\"orders\\""' in text
+    assert "# TYPE deltastream_rows_delivered_total counter" in text
+    assert m.lag_seconds() > 0
+    out = tmp_path / "bar.txt"
+    with open(out, "w") as f:
+        bar = TerminalProgress(f, width=10, minimum=5)
+        bar("versions", 1, 3)  # below the minimum: quiet
+        bar("versions", 50, 100)
+        bar("versions", 100, 100)
+    text = out.read_text()
+    assert "[#####.....] 50/100 versions" in text
+    assert text.endswith("[##########] 100/100 versions\n")

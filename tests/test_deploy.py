@@ -1,0 +1,762 @@
+"""deploy/ agrees with the CLI and the configuration format it drives.
+
+Every file is parsed for real (the Dockerfile by a small instruction reader, YAML by pyyaml,
+TOML by the daemon's own loader, the systemd unit by a small INI reader) and every
+``deltastream`` command line goes through the CLI's argument parser. Nothing is built, run
+or reached over the network: Docker does not run where these files were written.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import S3Server, free_port
+from deltalake import DeltaTable
+
+from deltastream.changes.api import read_changes
+from deltastream.cli import _build_parser
+from deltastream.daemon.config import load_config, parse_config
+from deltastream.daemon.server import parse_address
+from deltastream.daemon.service import ServiceConfig
+from deltastream.daemon.sinks import JsonlSink, ParquetSink, parse_sink
+from deltastream.storage.s3 import S3Options
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+DOCKERFILE = DEPLOY / "Dockerfile"
+DOCKERIGNORE = DEPLOY / "Dockerfile.dockerignore"
+COMPOSE = DEPLOY / "docker-compose.yml"
+CONFIG = DEPLOY / "config" / "deltastream.toml"
+K8S = DEPLOY / "kubernetes"
+UNIT = DEPLOY / "systemd" / "deltastream.service"
+WRITER = DEPLOY / "writer" / "write_demo_tables.py"
+
+#: The daemon's default grace period, when a config does not set one.
+DEFAULT_GRACE = 8.0
+
+
+# --- readers -------------------------------------------------------------------------------
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), continuations joined and
+    comment lines dropped (also inside a continued instruction, as Docker does)."""
+    instructions: list[tuple[str, str]] = []
+    current = ""
+    for line in DOCKERFILE.read_text().splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        keyword, _, rest = (current + stripped).partition(" ")
+        instructions.append((keyword.upper(), rest.strip()))
+        current = ""
+    assert not current, "the Dockerfile ends inside a continued instruction"
+    return instructions
+
+
+def final_stage() -> list[tuple[str, str]]:
+    instructions = dockerfile()
+    last_from = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
+    return instructions[last_from:]
+
+
+def only(instructions: Sequence[tuple[str, str]], keyword: str) -> str:
+    found = [rest for kw, rest in instructions if kw == keyword]
+    assert len(found) == 1, f"expected one {keyword} in the final stage, found {found}"
+    return found[0]
+
+
+def exec_form(text: str) -> list[str]:
+    value = json.loads(text)
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), text
+    return value
+
+
+def image_entrypoint() -> list[str]:
+    return exec_form(only(final_stage(), "ENTRYPOINT"))
+
+
+def image_uid() -> int:
+    """The numeric uid the image runs as (its USER, resolved through its useradd)."""
+    user = [rest for kw, rest in final_stage() if kw == "USER"][-1].split(":")[0]
+    if user.isdigit():
+        return int(user)
+    useradd = rf"useradd\b[^&;]*--uid (\d+)[^&;]*\b{re.escape(user)}\b"
+    match = re.search(useradd, DOCKERFILE.read_text())
+    assert match, f"USER {user}: no useradd --uid for it in the Dockerfile"
+    return int(match.group(1))
+
+
+def compose() -> dict[str, Any]:
+    document = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+def service(name: str) -> dict[str, Any]:
+    services = compose()["services"]
+    assert name in services, f"docker-compose.yml has no service {name!r}"
+    return dict(services[name])
+
+
+def k8s(kind: str) -> dict[str, Any]:
+    """The one object of ``kind`` in deploy/kubernetes/."""
+    found = [
+        doc
+        for path in sorted(K8S.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") == kind
+    ]
+    assert len(found) == 1, f"expected one {kind} in {K8S}, found {len(found)}"
+    return dict(found[0])
+
+
+def pod_spec() -> dict[str, Any]:
+    return dict(k8s("Deployment")["spec"]["template"]["spec"])
+
+
+def container() -> dict[str, Any]:
+    containers = pod_spec()["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+def configmap_toml() -> dict[str, Any]:
+    return tomllib.loads(k8s("ConfigMap")["data"]["deltastream.toml"])
+
+
+def unit() -> dict[str, dict[str, list[str]]]:
+    """The systemd unit: section -> key -> values (keys may repeat)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current: dict[str, list[str]] | None = None
+    for line in UNIT.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            current = sections.setdefault(line.strip("[]"), {})
+            continue
+        assert current is not None, f"{UNIT}: {line!r} outside a section"
+        key, sep, value = line.partition("=")
+        assert sep, f"{UNIT}: not KEY=VALUE: {line!r}"
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def unit_value(section: str, key: str) -> str:
+    values = unit()[section].get(key)
+    assert values, f"{UNIT}: no {key}= in [{section}]"
+    return values[-1]
+
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
+
+
+def seconds(text: str | int | float) -> float:
+    """A duration as compose ("1m30s") or systemd ("1min 30s", "90") write it."""
+    if isinstance(text, int | float):
+        return float(text)
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", text)
+    assert parts and re.sub(r"[\d.\sa-z]", "", text) == "", f"not a duration: {text!r}"
+    return sum(float(n) * _UNITS[unit] for n, unit in parts)
+
+
+def parse_cli(argv: Sequence[str]) -> Any:
+    """``argv`` (program name first) parsed by the real CLI parser."""
+    assert PurePosixPath(argv[0]).name == "deltastream", f"not a deltastream command: {argv}"
+    try:
+        return _build_parser().parse_args(list(argv[1:]))
+    except SystemExit:
+        pytest.fail(f"the CLI rejects {shlex.join(argv)}")
+
+
+def http_address(config: ServiceConfig, args: Any) -> tuple[str, int]:
+    """Where the daemon listens: ``--http`` if given, else the config's [server] http."""
+    address = args.http if args.http is not None else config.http_address
+    assert address, "the HTTP server is off: no /healthz for probes"
+    return parse_address(address)
+
+
+def local_paths(config: ServiceConfig) -> Iterator[PurePosixPath]:
+    """Every local path the daemon writes to: state directories, sink files, work_dir."""
+    if config.work_dir:
+        yield PurePosixPath(config.work_dir)
+    for stream in config.streams:
+        if "://" not in stream.tail.state:
+            yield PurePosixPath(stream.tail.state)
+        sink = parse_sink(stream.sink, table=stream.tail.name)
+        if isinstance(sink, JsonlSink) and sink.path is not None:
+            yield PurePosixPath(sink.path)
+        elif isinstance(sink, ParquetSink):
+            yield PurePosixPath(sink.directory)
+
+
+def under(path: PurePosixPath, directory: str) -> bool:
+    return path == PurePosixPath(directory) or PurePosixPath(directory) in path.parents
+
+
+def compose_mounts(svc: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """A compose service's volumes as (source, target, read_only)."""
+    mounts = []
+    for volume in svc.get("volumes", []):
+        if isinstance(volume, str):
+            source, target, *mode = volume.split(":")
+            mounts.append((source, target, "ro" in mode[0].split(",") if mode else False))
+        else:
+            mounts.append(
+                (volume.get("source", ""), volume["target"], bool(volume.get("read_only")))
+            )
+    return mounts
+
+
+def compose_ports(svc: Mapping[str, Any]) -> list[tuple[str, int, int]]:
+    """A compose service's published ports as (host_ip, published, container_port)."""
+    ports = []
+    for port in svc.get("ports", []):
+        if isinstance(port, str):
+            parts = port.split("/")[0].split(":")
+            assert len(parts) == 3, f"publish on an explicit host address: {port!r}"
+            ports.append((parts[0], int(parts[1]), int(parts[2])))
+        else:
+            ports.append((port["host_ip"], int(port["published"]), int(port["target"])))
+    return ports
+
+
+def container_port(spec: Mapping[str, Any], port: int | str) -> int:
+    """A probe's or Service's port: a number, or the name of one of the container's ports."""
+    if isinstance(port, int):
+        return port
+    named = {p["name"]: p["containerPort"] for p in spec.get("ports", []) if "name" in p}
+    assert port in named, f"port name {port!r} is not one of the container's {sorted(named)}"
+    return int(named[port])
+
+
+# --- the configurations ---------------------------------------------------------------------
+
+CONFIGS = {
+    "config/deltastream.toml": lambda: load_config(CONFIG),
+    "kubernetes/configmap.yaml": lambda: parse_config(configmap_toml(), "configmap.yaml"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_container_configs_load_and_listen_on_every_interface(name: str) -> None:
+    config = CONFIGS[name]()
+    assert config.streams
+    assert config.http_address is not None
+    assert parse_address(config.http_address) == ("0.0.0.0", 9464)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_storage_options_are_accepted_and_hold_no_credentials(name: str) -> None:
+    config = CONFIGS[name]()
+    for stream in config.streams:
+        for options in (stream.tail.storage_options, stream.tail.state_storage_options):
+            if options is None:
+                continue
+            parsed = S3Options.from_storage_options(options)
+            # Credentials come from the environment (compose, a Secret, an EnvironmentFile).
+            assert parsed.access_key_id is None and parsed.secret_access_key is None
+
+
+# --- Dockerfile -------------------------------------------------------------------------------
+
+
+def test_dockerfile_command_line_parses() -> None:
+    argv = image_entrypoint() + exec_form(only(final_stage(), "CMD"))
+    args = parse_cli(argv)
+    assert args.command == "serve"
+    assert args.config == "/etc/deltastream/deltastream.toml"
+    assert args.http is None  # the config's [server] http applies
+
+
+def test_dockerfile_uses_a_slim_python_that_the_package_supports() -> None:
+    instructions = dockerfile()
+    defaults = dict(rest.split("=", 1) for kw, rest in instructions if kw == "ARG" and "=" in rest)
+    minimum = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert minimum.startswith(">=")
+    floor = tuple(int(n) for n in minimum[2:].split("."))
+    bases = [rest.split()[0] for kw, rest in instructions if kw == "FROM"]
+    assert bases
+    for base in bases:
+        resolved = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], base)
+        match = re.fullmatch(r"python:(\d+)\.(\d+)-slim", resolved)
+        assert match, f"not a slim Python base image: {base} ({resolved})"
+        assert (int(match.group(1)), int(match.group(2))) >= floor
+
+
+def test_dockerfile_installs_the_package_from_the_build_context() -> None:
+    instructions = dockerfile()
+    workdir = "/"
+    copied: dict[str, str] = {}
+    installed_from: list[str] = []
+    pips: list[str] = []
+    for keyword, rest in instructions:
+        if keyword == "WORKDIR":
+            workdir = rest
+        elif keyword == "COPY" and not rest.startswith("--from"):
+            *sources, target = rest.split()
+            into = len(sources) > 1 or target.endswith("/") or target == "."
+            for source in sources:
+                assert (ROOT / source).exists(), f"COPY {source}: not in the build context"
+                dest = PurePosixPath(workdir, target)
+                copied[source] = str(dest / source if into else dest)
+        elif keyword == "RUN":
+            for match in re.finditer(r"(\S*pip) install\s+(?:-\S+\s+)*\"?([^\s\"]+)", rest):
+                pips.append(match.group(1))
+                installed_from.append(re.sub(r"\$\{[^}]*\}", "", match.group(2)))
+    assert installed_from, "no pip install in the Dockerfile"
+    # The package's sources were copied to the directory pip installs.
+    target = PurePosixPath(installed_from[0])
+    assert PurePosixPath(copied["pyproject.toml"]).parent == target
+    assert PurePosixPath(copied["deltastream"]) == target / "deltastream"
+    # The readme is part of the package metadata: the build needs it.
+    readme = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["readme"]
+    assert PurePosixPath(copied[readme]).parent == target
+    # The runtime stage has the environment pip installed into, and its scripts on PATH.
+    bin_dir = str(PurePosixPath(pips[0]).parent)
+    venv = str(PurePosixPath(bin_dir).parent)
+    final = final_stage()
+    assert any(kw == "COPY" and rest.startswith("--from") and venv in rest for kw, rest in final)
+    path = re.search(r"PATH=(\S+)", " ".join(rest for kw, rest in final if kw == "ENV"))
+    assert path and bin_dir in path.group(1).split(":")
+    assert image_entrypoint() == ["deltastream"]
+
+
+def test_dockerfile_runs_as_non_root() -> None:
+    final = final_stage()
+    users = [i for i, (kw, _) in enumerate(final) if kw == "USER"]
+    assert users, "the image runs as root"
+    assert image_uid() != 0
+    assert final[users[-1]][1].split(":")[0] not in ("root", "0")
+    # Nothing after the last USER switches back.
+    entry = max(i for i, (kw, _) in enumerate(final) if kw in ("ENTRYPOINT", "CMD"))
+    assert users[-1] < entry
+
+
+def test_dockerfile_port_healthcheck_signal_and_volume() -> None:
+    final = final_stage()
+    config = load_config(CONFIG)
+    _, port = parse_address(config.http_address or "")
+    assert only(final, "EXPOSE").split() == [str(port)]
+    assert only(final, "STOPSIGNAL") == "SIGTERM"
+    healthcheck = only(final, "HEALTHCHECK")
+    options, sep, command = healthcheck.partition("CMD ")
+    assert sep and "--interval" in options
+    argv = exec_form(command)
+    assert argv[0] == "python", "slim images have no curl: check with Python's stdlib"
+    url = re.search(r"http://([^/'\"]+)(/[^'\"]*)", argv[-1])
+    assert url, f"no URL in the HEALTHCHECK: {argv}"
+    host, health_port = parse_address(url.group(1))
+    assert (host, health_port, url.group(2)) == ("127.0.0.1", port, "/healthz")
+    volumes = exec_form(only(final, "VOLUME"))
+    for path in local_paths(config):
+        assert any(under(path, v) for v in volumes), f"{path} is not on the image's VOLUME"
+
+
+def _ignored(path: str, patterns: Sequence[str]) -> bool:
+    """Whether a .dockerignore excludes ``path`` (the last matching pattern wins)."""
+    ignored = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        prefixes = [str(PurePosixPath(*PurePosixPath(path).parts[:n])) for n in range(1, 9)]
+        if any(fnmatch.fnmatch(p, pattern) for p in prefixes):
+            ignored = not negated
+    return ignored
+
+
+def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    for keyword, rest in dockerfile():
+        if keyword == "COPY" and not rest.startswith("--from"):
+            for source in rest.split()[:-1]:
+                assert not _ignored(source, patterns), f"COPY {source}: excluded"
+    assert _ignored(".git", patterns)
+    assert _ignored("deltastream/__pycache__/cli.cpython-312.pyc", patterns)
+
+
+# --- docker-compose -------------------------------------------------------------------------
+
+
+def test_compose_command_line_parses_and_uses_the_mounted_config() -> None:
+    svc = service("deltastream")
+    assert "entrypoint" not in svc  # the image's ENTRYPOINT applies
+    command = svc["command"]
+    argv = image_entrypoint() + (shlex.split(command) if isinstance(command, str) else command)
+    args = parse_cli(argv)
+    assert args.command == "serve"
+    mounts = {target: (source, ro) for source, target, ro in compose_mounts(svc)}
+    assert args.config in mounts, f"{args.config} is not mounted in the container"
+    source, read_only = mounts[args.config]
+    assert (COMPOSE.parent / source).resolve() == CONFIG.resolve()
+    assert read_only
+    build = svc["build"]
+    assert (COMPOSE.parent / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+    _, port = http_address(load_config(CONFIG), args)
+    assert port == 9464
+
+
+def test_compose_publishes_the_metrics_port_on_loopback_only() -> None:
+    config = load_config(CONFIG)
+    host, port = parse_address(config.http_address or "")
+    assert host == "0.0.0.0"
+    assert compose_ports(service("deltastream")) == [("127.0.0.1", port, port)]
+
+
+def test_compose_stop_grace_and_start_order() -> None:
+    svc = service("deltastream")
+    grace = load_config(CONFIG).shutdown_grace
+    assert seconds(svc["stop_grace_period"]) > grace >= DEFAULT_GRACE
+    depends = svc["depends_on"]
+    assert depends["minio"]["condition"] == "service_healthy"
+    assert depends["minio-init"]["condition"] == "service_completed_successfully"
+    assert service("minio")["healthcheck"]["test"]
+    assert service("minio-init")["image"].startswith("minio/mc")
+
+
+def test_compose_state_and_sinks_are_on_a_named_volume() -> None:
+    svc = service("deltastream")
+    named = set(compose().get("volumes") or {})
+    writable = [t for s, t, ro in compose_mounts(svc) if s in named and not ro]
+    assert writable, "no writable named volume"
+    for path in local_paths(load_config(CONFIG)):
+        assert any(under(path, target) for target in writable), f"{path} is on no volume"
+
+
+def test_compose_creates_the_buckets_and_serves_the_endpoint_the_config_names() -> None:
+    config = load_config(CONFIG)
+    uris = [s.tail.uri for s in config.streams] + [s.tail.state for s in config.streams]
+    buckets = {u.removeprefix("s3://").split("/")[0] for u in uris if u.startswith("s3://")}
+    assert buckets
+    script = " ".join(service("minio-init")["command"])
+    created = set(re.findall(r"mc mb (?:--\S+ )*\w+/([\w.-]+)", script))
+    assert buckets <= created, f"minio-init does not create {sorted(buckets - created)}"
+    minio = service("minio")
+    for stream in config.streams:
+        endpoint = S3Options.from_storage_options(stream.tail.storage_options).endpoint_url
+        match = re.fullmatch(r"http://([\w-]+):(\d+)", endpoint or "")
+        assert match, f"{stream.tail.name}: endpoint {endpoint!r}"
+        assert match.group(1) == "minio"
+        assert int(match.group(2)) in [c for _, _, c in compose_ports(minio)]
+    # The credentials the config leaves to the AWS chain are in the environment.
+    environment = service("deltastream")["environment"]
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(environment)
+    minio_env = minio["environment"]
+    assert environment["AWS_ACCESS_KEY_ID"] == minio_env["MINIO_ROOT_USER"]
+    assert environment["AWS_SECRET_ACCESS_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
+
+
+def test_compose_writer_writes_the_configured_tables() -> None:
+    writer = service("writer")
+    assert writer["profiles"] == ["writer"]
+    script = writer["entrypoint"][-1]
+    mounts = {target: source for source, target, _ in compose_mounts(writer)}
+    assert (COMPOSE.parent / mounts[script]).resolve() == WRITER
+    tables = [u for u in writer["command"] if u.startswith("s3://")]
+    assert sorted(tables) == sorted(s.tail.uri for s in load_config(CONFIG).streams)
+    assert writer["build"]["args"]["EXTRAS"] == "demo"  # deltalake
+    assert writer["environment"]["AWS_ENDPOINT_URL"] == "http://minio:9000"
+
+
+def test_writer_script_creates_tables_deltastream_can_follow(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("write_demo_tables", WRITER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = tmp_path / "orders"
+    assert module.main(["--interval", "0", "--commits", "4", str(table)]) == 0
+    changes = read_changes(str(table)).read_all()
+    kinds = Counter(changes.column("_change_type").to_pylist())
+    assert kinds["insert"] >= 10 and kinds["update_postimage"] and kinds["delete"]
+    assert max(changes.column("_commit_version").to_pylist()) == 4
+
+
+def test_compose_stack_runs_against_an_s3_server(s3_server: S3Server, tmp_path: Path) -> None:
+    """What compose runs, minus Docker: the writer script and ``deltastream serve`` with
+    deploy/config/deltastream.toml, MinIO replaced by the moto server (a bucket of its own)
+    and /var/lib/deltastream by a temporary directory. Every change row the writer made
+    arrives in the configured sinks, and SIGTERM stops the daemon with exit status 0."""
+    bucket = f"lake-{uuid.uuid4().hex[:8]}"
+    s3_server.client().create_bucket(Bucket=bucket)
+    port = free_port()
+    text = (
+        CONFIG.read_text()
+        .replace("http://minio:9000", s3_server.endpoint)
+        .replace("s3://lake/", f"s3://{bucket}/")
+        .replace("/var/lib/deltastream", str(tmp_path))
+        .replace('"0.0.0.0:9464"', f'"127.0.0.1:{port}"')
+    )
+    assert text.count(s3_server.endpoint) == 1 and str(tmp_path) in text
+    config_path = tmp_path / "deltastream.toml"
+    config_path.write_text(text)
+    config = load_config(config_path)
+    uris = [s.tail.uri for s in config.streams]
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": s3_server.endpoint,
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "PYTHONUNBUFFERED": "1",
+    }
+    deltalake_options = {
+        k: env[k] for k in env if k.startswith("AWS_") and k != "AWS_DEFAULT_REGION"
+    }
+
+    def write(commits: int) -> None:
+        writer = subprocess.run(
+            [sys.executable, str(WRITER), "--interval", "0", "--commits", str(commits), *uris],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert writer.returncode == 0, writer.stderr
+
+    def delivered(version: int) -> None:
+        deadline = time.monotonic() + 90
+        while True:
+            assert daemon.poll() is None, daemon.communicate()[1]
+            metrics = _get(f"http://127.0.0.1:{port}/metrics")
+            done = re.findall(r"^deltastream_last_delivered_version\{[^}]*\} (\S+)$", metrics, re.M)
+            if len(done) == len(uris) and all(float(v) == version for v in done):
+                return
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.2)
+
+    write(0)  # creates the tables: version 0
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "deltastream", "serve", "--config", str(config_path)],
+        env={k: v for k, v in env.items() if k != "AWS_ENDPOINT_URL"},  # the config's wins
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        delivered(0)
+        write(4)  # an append, an update, an append, a delete: versions 1 to 4
+        delivered(4)
+        health = json.loads(_get(f"http://127.0.0.1:{port}/healthz"))
+        assert health["status"] == "ok", health
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, stderr = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, stderr
+    for stream in config.streams:
+        sink = parse_sink(stream.sink, table=stream.tail.name)
+        if isinstance(sink, JsonlSink):
+            assert sink.path is not None
+            got = pa.Table.from_pylist(
+                [json.loads(line) for line in sink.path.read_text().splitlines()]
+            )
+        else:
+            assert isinstance(sink, ParquetSink)
+            got = pa.concat_tables(
+                pq.read_table(f) for f in sorted(sink.directory.glob("*.parquet"))
+            )
+        # The default mode: the snapshot at version 0 as inserts, then every change. Replayed
+        # in order, they rebuild the table as deltastream's reader sees it at version 4.
+        assert got.filter(pc.equal(got["_commit_version"], 0))[
+            "_change_type"
+        ].unique().to_pylist() == ["insert"]
+        assert sorted(set(got.column("_commit_version").to_pylist())) == [0, 1, 2, 3, 4]
+        rebuilt: dict[int, tuple[Any, ...]] = {}
+        columns = ["id", "country", "status", "amount"]
+        # Within a version, rows come in file order: a cdc file may hold an update's
+        # postimage before its preimage. Replay each version's removals first.
+        removal = {"delete": 0, "update_preimage": 0, "insert": 1, "update_postimage": 1}
+        in_order = sorted(
+            got.to_pylist(), key=lambda r: (r["_commit_version"], removal[r["_change_type"]])
+        )
+        for row in in_order:
+            values = tuple(row[c] for c in columns)
+            if row["_change_type"] in ("insert", "update_postimage"):
+                assert row["id"] not in rebuilt, row
+                rebuilt[row["id"]] = values
+            else:
+                assert rebuilt.pop(row["id"]) == values, row
+        final = DeltaTable(stream.tail.uri, storage_options=deltalake_options)
+        assert final.version() == 4
+        final_rows = final.to_pyarrow_table(columns=columns).to_pylist()
+        assert rebuilt == {r["id"]: tuple(r[c] for c in columns) for r in final_rows}
+
+
+def _get(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+    except (urllib.error.URLError, ConnectionError):
+        return ""
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+
+
+def test_k8s_command_line_parses_and_uses_the_configmap() -> None:
+    spec = container()
+    entry = spec.get("command") or image_entrypoint()
+    args = parse_cli(list(entry) + list(spec["args"]))
+    assert args.command == "serve"
+    configmap = k8s("ConfigMap")["metadata"]["name"]
+    volumes = {v["name"]: v for v in pod_spec()["volumes"]}
+    paths = []
+    for mount in spec["volumeMounts"]:
+        source = volumes[mount["name"]].get("configMap")
+        if source and source["name"] == configmap:
+            keys = {i["key"]: i["path"] for i in source.get("items", [])} or {
+                k: k for k in k8s("ConfigMap")["data"]
+            }
+            paths += [str(PurePosixPath(mount["mountPath"], p)) for p in keys.values()]
+            assert mount.get("readOnly")
+    assert args.config in paths, f"{args.config} is not mounted from the ConfigMap"
+    config = parse_config(configmap_toml())
+    assert http_address(config, args) == ("0.0.0.0", 9464)
+
+
+def test_k8s_ports_probes_and_service_agree() -> None:
+    _, port = parse_address(parse_config(configmap_toml()).http_address or "")
+    spec = container()
+    assert {p.get("name"): p["containerPort"] for p in spec["ports"]} == {"metrics": port}
+    for probe in ("livenessProbe", "readinessProbe"):
+        check = spec[probe]["httpGet"]
+        assert check["path"] == "/healthz"
+        assert container_port(spec, check["port"]) == port
+    if "startupProbe" in spec:
+        assert spec["startupProbe"]["httpGet"]["path"] == "/healthz"
+        assert container_port(spec, spec["startupProbe"]["httpGet"]["port"]) == port
+    svc = k8s("Service")
+    assert svc["spec"].get("type", "ClusterIP") == "ClusterIP"
+    (service_port,) = svc["spec"]["ports"]
+    assert container_port(spec, service_port["targetPort"]) == port
+    labels = k8s("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    annotations = svc["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_k8s_runs_one_tailer_and_stops_it_within_the_grace_period() -> None:
+    deployment = k8s("Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    grace = parse_config(configmap_toml()).shutdown_grace
+    assert pod_spec()["terminationGracePeriodSeconds"] > grace >= DEFAULT_GRACE
+
+
+def test_k8s_runs_non_root_on_a_read_only_root_with_writable_state() -> None:
+    pod, spec = pod_spec(), container()
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == image_uid()
+    assert spec["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"]["allowPrivilegeEscalation"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    writable = {
+        m["mountPath"]: volumes[m["name"]]
+        for m in spec["volumeMounts"]
+        if not m.get("readOnly")
+        and ("emptyDir" in volumes[m["name"]] or "persistentVolumeClaim" in volumes[m["name"]])
+    }
+    assert "/tmp" in writable  # temporary files (exec sinks) on a read-only root
+    config = parse_config(configmap_toml())
+    claims = set()
+    for path in local_paths(config):
+        mounts = [m for m in writable if under(path, m)]
+        assert mounts, f"{path} is not on a writable volume"
+        claim = writable[max(mounts, key=len)].get("persistentVolumeClaim")
+        assert claim, f"{path} is on an emptyDir: lost with the pod"
+        claims.add(claim["claimName"])
+    pvc = k8s("PersistentVolumeClaim")
+    assert claims == {pvc["metadata"]["name"]}
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert spec["resources"]["requests"] and spec["resources"]["limits"]["memory"]
+
+
+def test_k8s_credentials_come_from_a_secret() -> None:
+    env = {e["name"]: e for e in container()["env"]}
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert "value" not in env[name]
+        assert env[name]["valueFrom"]["secretKeyRef"]["key"] == name
+
+
+# --- systemd --------------------------------------------------------------------------------
+
+
+def test_systemd_command_line_parses_and_uses_the_asserted_config() -> None:
+    argv = shlex.split(unit_value("Service", "ExecStart"))
+    assert PurePosixPath(argv[0]).is_absolute()
+    args = parse_cli(argv)
+    assert args.command == "serve"
+    assert args.config in unit()["Unit"]["AssertPathExists"]
+    assert args.http is None
+
+
+def test_systemd_stop_restart_and_user() -> None:
+    assert unit_value("Service", "KillSignal") == "SIGTERM"
+    assert seconds(unit_value("Service", "TimeoutStopSec")) > load_config(CONFIG).shutdown_grace
+    assert seconds(unit_value("Service", "TimeoutStopSec")) > DEFAULT_GRACE
+    assert unit_value("Service", "Restart") == "on-failure"
+    assert unit_value("Service", "User") not in ("root", "0")
+    assert unit_value("Service", "EnvironmentFile") == "-/etc/deltastream/env"
+    assert unit_value("Install", "WantedBy") == "multi-user.target"
+
+
+def test_systemd_hardening_leaves_the_state_directory_writable() -> None:
+    assert unit_value("Service", "NoNewPrivileges") == "yes"
+    assert unit_value("Service", "ProtectSystem") == "strict"
+    assert unit_value("Service", "PrivateTmp") == "yes"
+    state = "/var/lib/" + unit_value("Service", "StateDirectory")
+    assert state == "/var/lib/deltastream"
+    assert state in unit_value("Service", "ReadWritePaths").split()
+    assert unit_value("Service", "WorkingDirectory") == state
+
+
+# --- README ---------------------------------------------------------------------------------
+
+
+def test_readme_mentions_every_file_in_deploy() -> None:
+    readme = (DEPLOY / "README.md").read_text()
+    files = [
+        p.relative_to(DEPLOY).as_posix()
+        for p in DEPLOY.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.name != "README.md"
+    ]
+    assert len(files) >= 8
+    missing = [f for f in files if f not in readme]
+    assert not missing, f"deploy/README.md does not mention {missing}"
+    for fact in ("9464", "/healthz", "/metrics", "0.0.0.0", "Recreate", "tests/test_deploy.py"):
+        assert fact in readme
