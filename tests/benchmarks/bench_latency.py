@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import logging
 import os
 import random
 import resource
@@ -251,6 +252,7 @@ def main() -> None:
                     from moto.server import ThreadedMotoServer
 
                     port = free_port()
+                    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
                     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
                     server.start()
                     endpoint = f"http://127.0.0.1:{port}"
