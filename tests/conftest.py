@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,3 +113,34 @@ def s3_bucket(s3_server: S3Server) -> S3Bucket:
     name = f"test-{uuid.uuid4().hex[:12]}"
     s3_server.client().create_bucket(Bucket=name)
     return S3Bucket(s3_server, name)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A real local Spark session (``local[2]``, Java 17) with the deltastream source
+    registered. There is no skip: without Java the Spark tests fail, saying so."""
+    import shutil
+
+    assert shutil.which("java") or os.environ.get("JAVA_HOME"), (
+        "the Spark tests need Java 17 (java on PATH or JAVA_HOME)"
+    )
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import deltastream.spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("deltastream-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    deltastream.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()

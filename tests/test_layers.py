@@ -77,3 +77,17 @@ def test_every_module_says_what_it_owns() -> None:
         if p.name != "__main__.py" and ast.get_docstring(ast.parse(p.read_text())) is None
     ]
     assert missing == []
+
+
+def test_pyspark_stays_in_the_spark_package() -> None:
+    """pyspark is an optional extra: only deltastream.spark imports it, and nothing else in
+    the package imports deltastream.spark (``import deltastream`` works without pyspark)."""
+    violations = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        me = module_name(path)
+        if me.startswith("deltastream.spark"):
+            continue
+        for target, line in imports(path):
+            if target.split(".")[0] == "pyspark" or target.startswith("deltastream.spark"):
+                violations.append(f"{path.relative_to(ROOT)}:{line}: {me} imports {target}")
+    assert violations == []

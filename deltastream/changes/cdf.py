@@ -14,7 +14,7 @@ type change inside the range is refused, since the range is read with its last s
 from __future__ import annotations
 
 import array
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -53,7 +53,7 @@ from deltastream.snapshot.loader import (
 from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["CDF_FIELDS", "CHANGE_DATA_FEED", "open_changes"]
+__all__ = ["CDF_FIELDS", "CHANGE_DATA_FEED", "ChangePlan", "open_changes", "plan_changes"]
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 #: Commits read per round trip.
@@ -207,6 +207,42 @@ async def open_changes(
     version means the latest. A start after the latest version, or an end before the start,
     is an error, or an empty result with ``allow_empty_range``.
     """
+    plan = await plan_changes(
+        store,
+        start_version=start_version,
+        end_version=end_version,
+        start_timestamp_ms=start_timestamp_ms,
+        end_timestamp_ms=end_timestamp_ms,
+        columns=columns,
+        infer_without_cdf=infer_without_cdf,
+        allow_empty_range=allow_empty_range,
+    )
+    return BatchStream(plan.schema, read_files(store, plan.tasks))
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    """A validated range: its output schema and the file reads producing it, in order."""
+
+    schema: pa.Schema
+    tasks: AsyncGenerator[tuple[FileRead, ReadSchema]]
+    #: The range's versions (``None`` for an empty range).
+    versions: tuple[int, int] | None
+
+
+async def plan_changes(
+    store: ObjectStore,
+    *,
+    start_version: int | None = None,
+    end_version: int | None = None,
+    start_timestamp_ms: int | None = None,
+    end_timestamp_ms: int | None = None,
+    columns: Sequence[str] | None = None,
+    infer_without_cdf: bool = False,
+    allow_empty_range: bool = False,
+) -> ChangePlan:
+    """What :func:`open_changes` reads, without reading it: for readers that distribute the
+    file reads (Spark). The range is validated here, before anything is returned."""
     bounds = await _resolve_bounds(
         store, start_version, end_version, start_timestamp_ms, end_timestamp_ms, allow_empty_range
     )
@@ -214,21 +250,21 @@ async def open_changes(
         state, _ = await load_table_state(store)
         assert state.protocol is not None and state.metadata is not None
         empty = ChangeSchemas.build(state.protocol, state.metadata, columns)
-        return BatchStream(empty.output_schema, _nothing())
+        return ChangePlan(empty.output_schema, _nothing(), None)
     start, end, _ = bounds
     plan = await _validate(store, start, end, infer_without_cdf=infer_without_cdf)
     schemas = ChangeSchemas.build(plan.protocol, plan.metadata, columns)
-    return BatchStream(schemas.output_schema, read_files(store, _tasks(store, plan, schemas)))
+    return ChangePlan(schemas.output_schema, _tasks(store, plan, schemas), (start, end))
 
 
-async def _nothing() -> AsyncIterator[pa.RecordBatch]:
+async def _nothing() -> AsyncGenerator[tuple[FileRead, ReadSchema]]:
     return
     yield  # pragma: no cover - makes this an async generator
 
 
 async def _tasks(
     store: ObjectStore, plan: _Range, schemas: ChangeSchemas
-) -> AsyncIterator[tuple[FileRead, ReadSchema]]:
+) -> AsyncGenerator[tuple[FileRead, ReadSchema]]:
     """The files to read, version after version, in output order."""
     planner = ChangePlanner(store)
     for i in range(0, len(plan.commits), _COMMIT_CHUNK):

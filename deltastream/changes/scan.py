@@ -8,7 +8,12 @@ from collections.abc import AsyncIterator, Sequence
 import pyarrow as pa
 
 from deltastream.changes.deletion_vectors import load_deletion_vector
-from deltastream.changes.predicates import may_match, parse_predicate, to_arrow_expression
+from deltastream.changes.predicates import (
+    Predicate,
+    may_match,
+    parse_predicate,
+    to_arrow_expression,
+)
 from deltastream.changes.reader import FileRead, ReadSchema, read_files
 from deltastream.changes.schema import (
     StructType,
@@ -21,7 +26,7 @@ from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["data_columns", "scan_snapshot"]
+__all__ = ["data_columns", "scan_snapshot", "snapshot_read_schema"]
 
 #: Live files whose descriptions are turned into Python objects at a time.
 _FILES_PER_CHUNK = 1024
@@ -30,6 +35,24 @@ _FILES_PER_CHUNK = 1024
 def data_columns(schema: StructType) -> tuple[str, ...]:
     """The columns a read returns by default: all of them but ``void`` ones."""
     return tuple(f.name for f in schema.fields if not pa.types.is_null(to_arrow_type(f.type)))
+
+
+def snapshot_read_schema(
+    snapshot: Snapshot, columns: Sequence[str] | None = None, predicate: Predicate | None = None
+) -> ReadSchema:
+    """How the data files of ``snapshot`` are read into its rows (``columns``: default every
+    data column; unknown names fail here, before anything is read)."""
+    schema = table_schema(snapshot.metadata)
+    selected = tuple(columns) if columns else data_columns(schema)
+    schema.select(selected)
+    return ReadSchema(
+        table_schema=schema,
+        columns=selected,
+        partition_columns=snapshot.metadata.partition_columns,
+        mode=column_mapping_mode(snapshot.protocol, snapshot.metadata),
+        row_filter=to_arrow_expression(predicate) if predicate is not None else None,
+        filter_columns=tuple(predicate.columns) if predicate is not None else (),
+    )
 
 
 def scan_snapshot(
@@ -41,22 +64,13 @@ def scan_snapshot(
 ) -> BatchStream:
     """The rows of ``snapshot`` (optionally only ``columns``, only rows matching ``where``)."""
     schema = table_schema(snapshot.metadata)
-    mode = column_mapping_mode(snapshot.protocol, snapshot.metadata)
-    partition_columns = snapshot.metadata.partition_columns
-    selected = tuple(columns) if columns else data_columns(schema)
-    schema.select(selected)  # unknown names fail here, before anything is read
     predicate = parse_predicate(where, schema) if where else None
+    read_schema = snapshot_read_schema(snapshot, columns, predicate)
     files = snapshot.files
     if predicate is not None and files.num_rows:
-        files = files.filter(may_match(predicate, files, schema, partition_columns, mode))
-    read_schema = ReadSchema(
-        table_schema=schema,
-        columns=selected,
-        partition_columns=partition_columns,
-        mode=mode,
-        row_filter=to_arrow_expression(predicate) if predicate is not None else None,
-        filter_columns=tuple(predicate.columns) if predicate is not None else (),
-    )
+        files = files.filter(
+            may_match(predicate, files, schema, read_schema.partition_columns, read_schema.mode)
+        )
 
     async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
         wanted = files.select(["path", "partitionValues", "size", "deletionVector"])

@@ -133,6 +133,16 @@ class StructField:
         value = self.metadata.get(FIELD_ID_KEY)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A mappingproxy cannot be pickled, and Spark pickles read plans for its executors.
+        return (_struct_field, (self.name, self.type, self.nullable, dict(self.metadata)))
+
+
+def _struct_field(
+    name: str, type_: DataType, nullable: bool, metadata: dict[str, Any]
+) -> StructField:
+    return StructField(name, type_, nullable, MappingProxyType(metadata))
+
 
 @dataclass(frozen=True, slots=True)
 class StructType:

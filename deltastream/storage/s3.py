@@ -49,7 +49,7 @@ from deltastream.storage.base import (
     check_byte_range,
 )
 
-__all__ = ["S3Options", "S3Store"]
+__all__ = ["STORAGE_OPTION_NAMES", "S3Options", "S3Store"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,9 @@ _OPTION_ALIASES: dict[str, str] = {
     "aws_s3_allow_unsafe_rename": "_ignored",
     "aws_conditional_put": "_ignored",
 }
+
+#: Every storage option name :meth:`S3Options.from_storage_options` accepts (lower case).
+STORAGE_OPTION_NAMES: frozenset[str] = frozenset(_OPTION_ALIASES)
 
 _THROTTLE_CODES = frozenset(
     {

@@ -1,0 +1,39 @@
+"""deltastream for Spark: the ``deltastream`` format of Spark's Python Data Source API.
+
+::
+
+    import deltastream.spark
+
+    deltastream.spark.register(spark)
+    df = spark.read.format("deltastream").load("s3://lake/events")
+    changes = (
+        spark.read.format("deltastream")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 5)
+        .load("s3://lake/events")
+    )
+
+Needs pyspark >= 4.2 (``pip install 'deltastream[spark]'``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deltastream.spark.options import SourceOptions
+from deltastream.spark.partitions import FilePartition, read_partition
+from deltastream.spark.source import DeltaStreamDataSource, spark_schema
+
+__all__ = [
+    "DeltaStreamDataSource",
+    "FilePartition",
+    "SourceOptions",
+    "read_partition",
+    "register",
+    "spark_schema",
+]
+
+
+def register(spark: Any) -> None:
+    """Make ``spark.read.format("deltastream")`` (and ``readStream``) available in a session."""
+    spark.dataSource.register(DeltaStreamDataSource)

@@ -1,0 +1,187 @@
+"""The options of the ``deltastream`` Spark source, named and behaving like Delta Lake's own
+Spark source (``readChangeFeed``, ``startingVersion``, ``maxFilesPerTrigger``, …).
+
+Option names are case-insensitive, as Spark's are. S3 settings are passed as options too:
+any name :class:`~deltastream.storage.s3.S3Options` accepts (``endpoint_url``, ``region``,
+``aws_access_key_id``, …), or any name prefixed with ``storage.``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from deltastream.errors import InvalidArgumentError
+from deltastream.snapshot.timestamps import parse_timestamp
+from deltastream.storage.s3 import STORAGE_OPTION_NAMES
+
+__all__ = ["DEFAULT_MAX_FILES", "SourceOptions"]
+
+#: Files per micro-batch when neither ``maxFilesPerTrigger`` nor ``maxBytesPerTrigger`` is
+#: set (Delta's default).
+DEFAULT_MAX_FILES = 1000
+
+_STORAGE_PREFIX = "storage."
+_KNOWN = {
+    "path",
+    "readchangefeed",
+    "startingversion",
+    "startingtimestamp",
+    "endingversion",
+    "endingtimestamp",
+    "versionasof",
+    "timestampasof",
+    "maxfilespertrigger",
+    "maxbytespertrigger",
+    "ignoredeletes",
+    "ignorechanges",
+    "skipchangecommits",
+    "failondataloss",
+    "excluderegex",
+}
+_BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _bool(name: str, value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise InvalidArgumentError(f"option {name} must be true or false, not {value!r}")
+
+
+def _version(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not text.isdigit():
+        raise InvalidArgumentError(f"option {name} must be a version (>= 0), not {value!r}")
+    return int(text)
+
+
+def _positive(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise InvalidArgumentError(f"option {name} must be a whole number >= 1, not {value!r}")
+    return int(text)
+
+
+def _bytes(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    match = _BYTES.match(value)
+    if not match or int(match.group(1)) < 1:
+        raise InvalidArgumentError(
+            f"option {name} must be a size such as 1g or 512m, not {value!r}"
+        )
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
+
+
+def _timestamp(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_timestamp(value)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"option {name}: {e}") from e
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Parsed reader options. Timestamps are epoch milliseconds."""
+
+    path: str
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+    read_change_feed: bool = False
+    #: ``"latest"``, a version, or ``None`` (with no starting timestamp: the snapshot first).
+    starting_version: int | str | None = None
+    starting_timestamp_ms: int | None = None
+    ending_version: int | None = None
+    ending_timestamp_ms: int | None = None
+    version_as_of: int | None = None
+    timestamp_as_of_ms: int | None = None
+    max_files_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    ignore_deletes: bool = False
+    ignore_changes: bool = False
+    skip_change_commits: bool = False
+    fail_on_data_loss: bool = True
+    exclude_regex: re.Pattern[str] | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Check and parse Spark's reader options; unknown names are errors (a misspelt
+        option must not be ignored silently)."""
+        lowered: dict[str, str] = {}
+        storage: dict[str, str] = {}
+        for key, value in options.items():
+            name = key.lower()
+            if name.startswith(_STORAGE_PREFIX):
+                storage[name[len(_STORAGE_PREFIX) :]] = value
+            elif name in STORAGE_OPTION_NAMES:
+                storage[name] = value
+            elif name in _KNOWN:
+                lowered[name] = value
+            else:
+                raise InvalidArgumentError(
+                    f"unknown option {key!r} for format deltastream (S3 settings may be "
+                    f"given as storage.<name>)"
+                )
+        path = lowered.get("path")
+        if not path:
+            raise InvalidArgumentError("no table location: use .load(uri) or option path")
+        starting: int | str | None = None
+        raw_start = lowered.get("startingversion")
+        if raw_start is not None:
+            starting = (
+                "latest"
+                if raw_start.strip().lower() == "latest"
+                else _version("startingVersion", raw_start)
+            )
+        start_ts = _timestamp("startingTimestamp", lowered.get("startingtimestamp"))
+        if starting is not None and start_ts is not None:
+            raise InvalidArgumentError("give startingVersion or startingTimestamp, not both")
+        end_version = _version("endingVersion", lowered.get("endingversion"))
+        end_ts = _timestamp("endingTimestamp", lowered.get("endingtimestamp"))
+        if end_version is not None and end_ts is not None:
+            raise InvalidArgumentError("give endingVersion or endingTimestamp, not both")
+        as_of = _version("versionAsOf", lowered.get("versionasof"))
+        as_of_ts = _timestamp("timestampAsOf", lowered.get("timestampasof"))
+        if as_of is not None and as_of_ts is not None:
+            raise InvalidArgumentError("give versionAsOf or timestampAsOf, not both")
+        exclude = lowered.get("excluderegex")
+        try:
+            pattern = re.compile(exclude) if exclude else None
+        except re.error as e:
+            raise InvalidArgumentError(f"option excludeRegex {exclude!r}: {e}") from e
+        return cls(
+            path=path,
+            storage_options=storage,
+            read_change_feed=_bool("readChangeFeed", lowered.get("readchangefeed"), False),
+            starting_version=starting,
+            starting_timestamp_ms=start_ts,
+            ending_version=end_version,
+            ending_timestamp_ms=end_ts,
+            version_as_of=as_of,
+            timestamp_as_of_ms=as_of_ts,
+            max_files_per_trigger=_positive(
+                "maxFilesPerTrigger", lowered.get("maxfilespertrigger")
+            ),
+            max_bytes_per_trigger=_bytes("maxBytesPerTrigger", lowered.get("maxbytespertrigger")),
+            ignore_deletes=_bool("ignoreDeletes", lowered.get("ignoredeletes"), False),
+            ignore_changes=_bool("ignoreChanges", lowered.get("ignorechanges"), False),
+            skip_change_commits=_bool("skipChangeCommits", lowered.get("skipchangecommits"), False),
+            fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss"), True),
+            exclude_regex=pattern,
+        )
+
+    def excluded(self, path: str) -> bool:
+        """Whether ``excludeRegex`` drops the data file at log path ``path``."""
+        return self.exclude_regex is not None and self.exclude_regex.search(path) is not None

@@ -1,0 +1,65 @@
+"""Input partitions of the Spark source: one data file (or change-data file) each, as plain
+data, and the executor-side read that turns one into Arrow record batches.
+
+A partition holds the table's location and storage options, the file's read description
+(:class:`~deltastream.changes.reader.FileRead`: path, partition values, size, version,
+constants, row selection) and how to read it (:class:`~deltastream.changes.reader.ReadSchema`:
+logical schema, column mapping). Everything in it pickles; no store, client or event loop
+crosses to the executors: :func:`read_partition` opens its own store. A deletion vector of
+a snapshot file travels as its descriptor and is loaded on the executor, in parallel with
+the other files' reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from deltastream.changes.deletion_vectors import load_deletion_vector
+from deltastream.changes.reader import FileRead, ReadSchema, read_files
+from deltastream.changes.stream import BatchStream, to_record_batch_reader
+from deltastream.log.actions import DeletionVectorDescriptor
+from deltastream.storage import open_store
+
+__all__ = ["FilePartition", "read_partition"]
+
+
+@dataclass(frozen=True)
+class FilePartition(InputPartition):
+    """One file for one Spark task to read."""
+
+    uri: str
+    read: FileRead
+    schema: ReadSchema
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+    #: The file's deletion vector, loaded by the executor (the rows it marks are skipped).
+    deletion_vector: DeletionVectorDescriptor | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes of the data file (0 if the log does not say), for admission control."""
+        return self.read.size or 0
+
+
+def read_partition(partition: FilePartition) -> Iterator[pa.RecordBatch]:
+    """The record batches of one partition, streamed (a couple of batches in memory)."""
+
+    async def open_stream() -> BatchStream:
+        store = open_store(partition.uri, partition.storage_options)
+
+        async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
+            task = partition.read
+            if partition.deletion_vector is not None:
+                exclude = await load_deletion_vector(
+                    store, partition.deletion_vector, data_file=task.path
+                )
+                task = replace(task, exclude=exclude)
+            yield task, partition.schema
+
+        batches = read_files(store, tasks(), concurrency=1)
+        return BatchStream(partition.schema.output_schema, batches, on_close=store.aclose)
+
+    yield from to_record_batch_reader(open_stream)

@@ -1,0 +1,149 @@
+"""The ``deltastream`` format for Spark's Python Data Source API: batch reads of a table (at
+a version or timestamp) or of its change data feed over a range of versions.
+
+Planning (the log replay, the range's validation, deletion-vector differences of the change
+feed) runs once, on the driver, in :meth:`DataSourceReader.partitions`; each data file then
+becomes one input partition that an executor reads on its own (:mod:`.partitions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import anyio
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from deltastream.changes.cdf import ChangePlan, plan_changes
+from deltastream.changes.reader import FileRead, ReadSchema
+from deltastream.changes.scan import snapshot_read_schema
+from deltastream.errors import InvalidArgumentError
+from deltastream.log.actions import DeletionVectorDescriptor
+from deltastream.snapshot.loader import load_snapshot
+from deltastream.snapshot.snapshot import Snapshot
+from deltastream.spark.options import SourceOptions
+from deltastream.spark.partitions import FilePartition, read_partition
+from deltastream.storage import open_store
+from deltastream.storage.base import ObjectStore
+
+__all__ = ["DeltaStreamDataSource", "spark_schema"]
+
+#: Live files turned into partitions at a time.
+_FILES_PER_CHUNK = 4096
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of Arrow ``schema`` (``timestamp_ntz`` stays without a zone)."""
+    result: StructType = from_arrow_schema(schema, prefer_timestamp_ntz=True)
+    return result
+
+
+class DeltaStreamDataSource(DataSource):
+    """``spark.read.format("deltastream").load(uri)``; see the README for the options."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.source = SourceOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "deltastream"
+
+    def schema(self) -> StructType:
+        return spark_schema(anyio.run(_arrow_schema, self.source))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(self.source)
+
+
+async def _arrow_schema(source: SourceOptions) -> pa.Schema:
+    async with open_store(source.path, source.storage_options) as store:
+        if source.read_change_feed:
+            plan = await _plan_changes(store, source)
+            await plan.tasks.aclose()
+            return plan.schema
+        snapshot = await _load(store, source)
+        return snapshot_read_schema(snapshot).output_schema
+
+
+async def _load(store: ObjectStore, source: SourceOptions) -> Snapshot:
+    return await load_snapshot(store, source.version_as_of, timestamp_ms=source.timestamp_as_of_ms)
+
+
+async def _plan_changes(store: ObjectStore, source: SourceOptions) -> ChangePlan:
+    if source.starting_version is None and source.starting_timestamp_ms is None:
+        raise InvalidArgumentError(
+            f"{source.path}: a batch read of the change data feed needs startingVersion or "
+            "startingTimestamp"
+        )
+    if source.starting_version == "latest":
+        raise InvalidArgumentError(
+            f"{source.path}: startingVersion 'latest' is for streaming reads only"
+        )
+    start = source.starting_version
+    assert start is None or isinstance(start, int)
+    return await plan_changes(
+        store,
+        start_version=start,
+        end_version=source.ending_version,
+        start_timestamp_ms=source.starting_timestamp_ms,
+        end_timestamp_ms=source.ending_timestamp_ms,
+    )
+
+
+async def _partitions(source: SourceOptions) -> list[FilePartition]:
+    async with open_store(source.path, source.storage_options) as store:
+        uri = store.root_uri
+        options = dict(source.storage_options)
+        partitions: list[FilePartition] = []
+        if source.read_change_feed:
+            plan = await _plan_changes(store, source)
+            async for task, schema in plan.tasks:
+                if not source.excluded(task.path):
+                    partitions.append(FilePartition(uri, task, schema, options))
+            return partitions
+        snapshot = await _load(store, source)
+        schema = snapshot_read_schema(snapshot)
+        return list(_snapshot_partitions(uri, options, snapshot, schema, source))
+
+
+def _snapshot_partitions(
+    uri: str,
+    options: dict[str, str],
+    snapshot: Snapshot,
+    schema: ReadSchema,
+    source: SourceOptions,
+    constants: Sequence[Any] = (),
+) -> Iterator[FilePartition]:
+    wanted = snapshot.files.select(["path", "partitionValues", "size", "deletionVector"])
+    for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
+        for row in chunk.to_pylist(maps_as_pydicts="strict"):
+            if source.excluded(row["path"]):
+                continue
+            dv = row["deletionVector"]
+            read = FileRead(
+                path=row["path"],
+                partition_values=row["partitionValues"] or {},
+                size=row["size"],
+                version=snapshot.version,
+                constants=tuple(constants),
+            )
+            descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None
+            yield FilePartition(uri, read, schema, options, descriptor)
+
+
+class BatchReader(DataSourceReader):
+    """Plans on the driver; each partition is read by an executor."""
+
+    def __init__(self, source: SourceOptions) -> None:
+        self.source = source
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return anyio.run(_partitions, self.source)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilePartition)
+        return read_partition(partition)
