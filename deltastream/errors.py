@@ -46,6 +46,7 @@ __all__ = [
     "CorruptFileError",
     "CorruptLastCheckpointError",
     "CorruptVersionChecksumError",
+    "DataChangeInStreamError",
     "DataFileError",
     "DataFileNotFoundError",
     "DeletionVectorError",
@@ -284,6 +285,16 @@ class ChangeDataNotEnabledError(ChangeDataError):
 class SchemaChangeError(ChangeDataError):
     """The range crosses a schema change (a dropped column, an incompatible type change) that
     cannot be read safely with the range's final schema."""
+
+    def __init__(self, uri: str, version: int, problem: str) -> None:
+        super().__init__(f"{uri}: version {version} {problem}")
+        self.uri = uri
+        self.version = version
+
+
+class DataChangeInStreamError(ChangeDataError):
+    """A stream of appended rows (not the change data feed) met a commit that deletes or
+    rewrites data."""
 
     def __init__(self, uri: str, version: int, problem: str) -> None:
         super().__init__(f"{uri}: version {version} {problem}")

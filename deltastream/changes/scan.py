@@ -22,11 +22,11 @@ from deltastream.changes.schema import (
     to_arrow_type,
 )
 from deltastream.changes.stream import BatchStream
-from deltastream.log.actions import DeletionVectorDescriptor
+from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["data_columns", "scan_snapshot", "snapshot_read_schema"]
+__all__ = ["data_columns", "scan_snapshot", "snapshot_read_schema", "table_read_schema"]
 
 #: Live files whose descriptions are turned into Python objects at a time.
 _FILES_PER_CHUNK = 1024
@@ -42,14 +42,24 @@ def snapshot_read_schema(
 ) -> ReadSchema:
     """How the data files of ``snapshot`` are read into its rows (``columns``: default every
     data column; unknown names fail here, before anything is read)."""
-    schema = table_schema(snapshot.metadata)
+    return table_read_schema(snapshot.protocol, snapshot.metadata, columns, predicate)
+
+
+def table_read_schema(
+    protocol: Protocol,
+    metadata: Metadata,
+    columns: Sequence[str] | None = None,
+    predicate: Predicate | None = None,
+) -> ReadSchema:
+    """How data files of a table with this ``protocol`` and ``metadata`` are read into rows."""
+    schema = table_schema(metadata)
     selected = tuple(columns) if columns else data_columns(schema)
     schema.select(selected)
     return ReadSchema(
         table_schema=schema,
         columns=selected,
-        partition_columns=snapshot.metadata.partition_columns,
-        mode=column_mapping_mode(snapshot.protocol, snapshot.metadata),
+        partition_columns=metadata.partition_columns,
+        mode=column_mapping_mode(protocol, metadata),
         row_filter=to_arrow_expression(predicate) if predicate is not None else None,
         filter_columns=tuple(predicate.columns) if predicate is not None else (),
     )

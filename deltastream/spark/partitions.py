@@ -12,6 +12,8 @@ the other files' reads.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -19,12 +21,15 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from deltastream.changes.deletion_vectors import load_deletion_vector
-from deltastream.changes.reader import FileRead, ReadSchema, read_files
+from deltastream.changes.reader import FileRead, ReadSchema, read_file_batches
 from deltastream.changes.stream import BatchStream, to_record_batch_reader
+from deltastream.errors import DataFileNotFoundError
 from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.storage import open_store
 
 __all__ = ["FilePartition", "read_partition"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class FilePartition(InputPartition):
     storage_options: Mapping[str, str] = field(default_factory=dict)
     #: The file's deletion vector, loaded by the executor (the rows it marks are skipped).
     deletion_vector: DeletionVectorDescriptor | None = None
+    #: A data file that is gone gives no rows instead of failing (``failOnDataLoss=false``).
+    missing_ok: bool = False
 
     @property
     def size(self) -> int:
@@ -59,7 +66,17 @@ def read_partition(partition: FilePartition) -> Iterator[pa.RecordBatch]:
                 task = replace(task, exclude=exclude)
             yield task, partition.schema
 
-        batches = read_files(store, tasks(), concurrency=1)
-        return BatchStream(partition.schema.output_schema, batches, on_close=store.aclose)
+        async def batches() -> AsyncIterator[pa.RecordBatch]:
+            reads = read_file_batches(store, tasks(), concurrency=1, on_missing=skip_missing)
+            async with contextlib.aclosing(reads):
+                async for _, batch in reads:
+                    yield batch
+
+        return BatchStream(partition.schema.output_schema, batches(), on_close=store.aclose)
+
+    def skip_missing(task: FileRead, error: DataFileNotFoundError) -> bool:
+        if partition.missing_ok:
+            log.warning("%s; skipped (failOnDataLoss is false)", error)
+        return partition.missing_ok
 
     yield from to_record_batch_reader(open_stream)

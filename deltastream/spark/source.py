@@ -13,16 +13,22 @@ from typing import Any
 
 import anyio
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from deltastream.changes.cdf import ChangePlan, plan_changes
 from deltastream.changes.reader import FileRead, ReadSchema
 from deltastream.changes.scan import snapshot_read_schema
+from deltastream.changes.versions import ChangeSchemas
 from deltastream.errors import InvalidArgumentError
 from deltastream.log.actions import DeletionVectorDescriptor
-from deltastream.snapshot.loader import load_snapshot
+from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.spark.options import SourceOptions
 from deltastream.spark.partitions import FilePartition, read_partition
@@ -58,13 +64,23 @@ class DeltaStreamDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(self.source)
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from deltastream.spark.stream import StreamReader
+
+        return StreamReader(self.source)
+
 
 async def _arrow_schema(source: SourceOptions) -> pa.Schema:
+    """The rows' schema: the table's at the version read (with the change data feed: at the
+    range's end, or the latest; the range itself is checked when planning)."""
     async with open_store(source.path, source.storage_options) as store:
         if source.read_change_feed:
-            plan = await _plan_changes(store, source)
-            await plan.tasks.aclose()
-            return plan.schema
+            end = source.ending_version
+            if end is None and source.ending_timestamp_ms is not None:
+                end = await resolve_version_at(store, source.ending_timestamp_ms)
+            state, _ = await load_table_state(store, end)
+            assert state.protocol is not None and state.metadata is not None
+            return ChangeSchemas.build(state.protocol, state.metadata).output_schema
         snapshot = await _load(store, source)
         return snapshot_read_schema(snapshot).output_schema
 

@@ -161,9 +161,10 @@ def test_options_parse_sizes_and_storage_settings() -> None:
     assert parsed.read_change_feed and parsed.starting_version == "latest"
 
 
-def test_batch_change_feed_needs_a_start(spark: Any) -> None:
+def test_batch_change_feed_needs_a_start() -> None:
     source = DeltaStreamDataSource(
         {"path": str(TABLES["table-with-dv-small"]), "readChangeFeed": "true"}
     )
+    reader = source.reader(source.schema())
     with pytest.raises(ds.InvalidArgumentError, match="needs startingVersion"):
-        source.schema()
+        reader.partitions()

@@ -1,0 +1,437 @@
+"""The ``deltastream`` streaming source: ``spark.readStream.format("deltastream")``.
+
+An offset is a small JSON dict: the table's id, a version, how many files of that version
+were read (``index``), and whether the stream is still inside its initial snapshot (the
+table at ``version`` as inserts). Everything before it has been read::
+
+    {"sourceVersion": 1, "tableId": "…", "version": 12, "index": 3, "isInitialSnapshot": false}
+
+Offsets are derived from the log alone (the files of a version are planned in the order of
+its actions; the snapshot's files are sorted by path), so a restarted query, or another
+reader object, finds the same files at the same offsets. :meth:`latestOffset` walks forward
+from the start through as many files as the read limit admits (``maxFilesPerTrigger``, default
+1000, and ``maxBytesPerTrigger``, a soft limit: one file always fits) and never moves
+backwards; :meth:`partitions` turns the files between two offsets into one input partition
+each. Versions are planned on the driver; executors only read files.
+
+Without ``readChangeFeed``, as in Delta's own source, a version contributes the files it adds
+(``dataChange=true``); a version that deletes or rewrites data fails the stream, naming the
+version, unless ``ignoreDeletes`` (commits that only remove files are ignored),
+``ignoreChanges`` (the rewritten files' rows are delivered again) or ``skipChangeCommits``
+(such commits are skipped whole). With ``readChangeFeed`` every version contributes its change
+rows, planned as in :func:`deltastream.read_changes`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+
+from deltastream.changes.reader import FileRead, ReadSchema
+from deltastream.changes.scan import table_read_schema
+from deltastream.changes.schema import table_schema
+from deltastream.changes.versions import ChangePlanner, ChangeSchemas, removes_data
+from deltastream.errors import (
+    CorruptCommitError,
+    DataChangeInStreamError,
+    InvalidArgumentError,
+    MissingVersionsError,
+    SchemaChangeError,
+)
+from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
+from deltastream.log.commit import LogActions
+from deltastream.log.listing import list_log, load_segment
+from deltastream.snapshot.features import check_readable
+from deltastream.snapshot.loader import (
+    load_snapshot,
+    load_table_state,
+    read_log_files,
+    resolve_version_at,
+)
+from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
+from deltastream.spark.options import DEFAULT_MAX_FILES, SourceOptions
+from deltastream.spark.partitions import FilePartition, read_partition
+from deltastream.storage import open_store
+from deltastream.storage.base import ObjectStore
+
+__all__ = ["Offset", "StreamReader"]
+
+log = logging.getLogger(__name__)
+
+_SOURCE_VERSION = 1
+#: Versions whose planned files are kept between calls (the walk revisits the last ones).
+_CACHED_VERSIONS = 64
+
+
+@dataclass(frozen=True, order=True)
+class Offset:
+    """Everything before file ``index`` of ``version`` (of its snapshot, if ``snapshot``)."""
+
+    version: int
+    index: int = 0
+    snapshot: bool = False
+
+    def to_json(self, table_id: str) -> dict[str, Any]:
+        return {
+            "sourceVersion": _SOURCE_VERSION,
+            "tableId": table_id,
+            "version": self.version,
+            "index": self.index,
+            "isInitialSnapshot": self.snapshot,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], table_id: str, uri: str) -> Offset:
+        try:
+            if d["sourceVersion"] != _SOURCE_VERSION:
+                raise InvalidArgumentError(
+                    f"{uri}: offset written by source version {d['sourceVersion']}, "
+                    f"this is version {_SOURCE_VERSION}"
+                )
+            offset = cls(int(d["version"]), int(d["index"]), bool(d["isInitialSnapshot"]))
+            offset_table = str(d["tableId"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"{uri}: not a deltastream offset: {d!r}") from e
+        if offset_table != table_id:
+            raise InvalidArgumentError(
+                f"{uri}: the checkpoint's offsets belong to table {offset_table}, but this "
+                f"table's id is {table_id} (the table was replaced, or the checkpoint "
+                "location belongs to another query): start with a new checkpoint location"
+            )
+        return offset
+
+
+@dataclass(frozen=True)
+class _Budget:
+    files: int | None
+    bytes: int | None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the stream reads: the table it was started on and how files become rows."""
+
+    uri: str
+    table_id: str
+    protocol: Protocol
+    metadata: Metadata
+    schema: ReadSchema
+    changes: ChangeSchemas | None
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches on the driver; executors read one file per partition."""
+
+    def __init__(self, source: SourceOptions) -> None:
+        self.source = source
+        self._plan = anyio.run(self._load_plan)
+        self._versions: dict[int, list[FilePartition]] = {}
+        self._snapshot: tuple[int, list[FilePartition]] | None = None
+        #: Trigger.AvailableNow: the last version the query may read.
+        self._cap: int | None = None
+
+    # ------------------------------------------------------------------ Spark's interface
+
+    def initialOffset(self) -> dict[str, Any]:
+        offset = anyio.run(self._initial_offset)
+        return offset.to_json(self._plan.table_id)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        files, size = self.source.max_files_per_trigger, self.source.max_bytes_per_trigger
+        if size is not None and files is None:
+            return ReadMaxBytes(size)
+        return ReadMaxFiles(files or DEFAULT_MAX_FILES)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._cap = anyio.run(self._latest_version)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = self._offset(start)
+        end = anyio.run(self._advance, begin, self._budget(limit))
+        return max(begin, end).to_json(self._plan.table_id)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return anyio.run(self._between, self._offset(start), self._offset(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilePartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Nothing to release: planned versions before ``end`` leave the cache as it moves.
+        done = self._offset(end).version
+        for version in [v for v in self._versions if v < done]:
+            del self._versions[version]
+
+    def stop(self) -> None:
+        self._versions.clear()
+        self._snapshot = None
+
+    # ------------------------------------------------------------------ planning
+
+    def _offset(self, d: dict[str, Any]) -> Offset:
+        return Offset.from_json(d, self._plan.table_id, self._plan.uri)
+
+    def _budget(self, limit: ReadLimit) -> _Budget:
+        files, size = self.source.max_files_per_trigger, self.source.max_bytes_per_trigger
+        if isinstance(limit, ReadAllAvailable):
+            return _Budget(None, None)
+        if isinstance(limit, ReadMaxFiles):
+            files = limit.max_files if files is None else min(files, limit.max_files)
+        elif isinstance(limit, ReadMaxBytes):
+            size = limit.max_bytes if size is None else min(size, limit.max_bytes)
+        return _Budget(files, size)
+
+    def _store(self) -> ObjectStore:
+        return open_store(self.source.path, self.source.storage_options)
+
+    async def _load_plan(self) -> _Plan:
+        async with self._store() as store:
+            state, _ = await load_table_state(store)
+            assert state.protocol is not None and state.metadata is not None
+            protocol, metadata = state.protocol, state.metadata
+            changes = (
+                ChangeSchemas.build(protocol, metadata) if self.source.read_change_feed else None
+            )
+            schema = changes.inferred if changes else table_read_schema(protocol, metadata)
+            return _Plan(store.root_uri, metadata.id, protocol, metadata, schema, changes)
+
+    async def _latest_version(self) -> int:
+        async with self._store() as store:
+            segment, _ = await load_segment(store)
+            return segment.version
+
+    async def _initial_offset(self) -> Offset:
+        source = self.source
+        latest = await self._latest_version()
+        if isinstance(source.starting_version, int):
+            return Offset(source.starting_version)
+        if source.starting_version == "latest":
+            return Offset(latest + 1)
+        if source.starting_timestamp_ms is not None:
+            async with self._store() as store:
+                version = await resolve_version_at(
+                    store,
+                    source.starting_timestamp_ms,
+                    TimestampSearch.AT_OR_AFTER,
+                    allow_after_latest=True,
+                )
+            return Offset(version)
+        return Offset(latest, 0, snapshot=True)
+
+    async def _advance(self, start: Offset, budget: _Budget) -> Offset:
+        """The offset after as many files from ``start`` as ``budget`` admits."""
+        files = size = 0
+        position = start
+        async with self._store() as store:
+            async for before, partition, after in self._walk(store, start, None):
+                if partition is not None:
+                    full = (budget.files is not None and files >= budget.files) or (
+                        budget.bytes is not None and files > 0 and size >= budget.bytes
+                    )
+                    if full:
+                        return before
+                    files += 1
+                    size += partition.size
+                position = after
+        return position
+
+    async def _between(self, start: Offset, end: Offset) -> list[FilePartition]:
+        if end <= start:
+            return []
+        found: list[FilePartition] = []
+        async with self._store() as store:
+            async for before, partition, _ in self._walk(store, start, end.version):
+                if before >= end:
+                    break
+                if partition is not None:
+                    found.append(partition)
+        return found
+
+    async def _walk(
+        self, store: ObjectStore, start: Offset, last: int | None
+    ) -> AsyncIterator[tuple[Offset, FilePartition | None, Offset]]:
+        """Each file from ``start`` on, with the offsets before and after it; a version with
+        no files yields ``None`` to step over it. Stops at the newest commit (or ``last``, or
+        the Trigger.AvailableNow cap)."""
+        if start.snapshot:
+            files = await self._snapshot_files(store, start.version)
+            for i in range(start.index, len(files)):
+                yield Offset(start.version, i, True), files[i], Offset(start.version, i + 1, True)
+            start = Offset(start.version + 1)
+            yield Offset(start.version - 1, len(files), True), None, start
+        caps = [v for v in (last, self._cap) if v is not None]
+        cap = min(caps) if caps else None
+        if cap is not None and start.version > cap:
+            return
+        listing = await list_log(store, start.version)
+        commits = listing.commits()
+        newest = max(commits, default=start.version - 1)
+        if cap is not None:
+            newest = min(newest, cap)
+        version, index = start.version, start.index
+        if version <= newest and version not in commits:
+            missing = [v for v in range(version, min(commits, default=newest + 1))]
+            if self.source.fail_on_data_loss:
+                raise MissingVersionsError(
+                    f"{self._plan.uri}/_delta_log",
+                    missing,
+                    "the stream needs them (they were removed by log retention before being "
+                    "read); set failOnDataLoss to false to skip them",
+                )
+            log.warning("%s: skipping removed versions %s", self._plan.uri, missing)
+            version, index = min(commits), 0
+            yield start, None, Offset(version)
+        while version <= newest:
+            if version not in commits:
+                raise MissingVersionsError(
+                    f"{self._plan.uri}/_delta_log", [version], "a gap in the commits"
+                )
+            files = await self._version_files(store, version, commits[version])
+            for i in range(index, len(files)):
+                yield Offset(version, i), files[i], Offset(version, i + 1)
+            yield Offset(version, len(files)), None, Offset(version + 1)
+            version, index = version + 1, 0
+
+    async def _snapshot_files(self, store: ObjectStore, version: int) -> list[FilePartition]:
+        if self._snapshot is not None and self._snapshot[0] == version:
+            return self._snapshot[1]
+        snapshot = await load_snapshot(store, version)
+        plan = self._plan
+        constants: tuple[Any, ...] = ()
+        if plan.changes is not None:
+            constants = ("insert", version, (snapshot.timestamp_ms or 0) * 1000)
+        files = snapshot.files.select(["path", "partitionValues", "size", "deletionVector"])
+        files = files.sort_by("path")
+        found = []
+        for row in files.to_pylist(maps_as_pydicts="strict"):
+            if self.source.excluded(row["path"]):
+                continue
+            read = FileRead(
+                path=row["path"],
+                partition_values=row["partitionValues"] or {},
+                size=row["size"],
+                version=version,
+                constants=constants,
+            )
+            dv = row["deletionVector"]
+            descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None
+            found.append(self._partition(read, plan.schema, descriptor))
+        self._snapshot = (version, found)
+        return found
+
+    def _partition(
+        self,
+        read: FileRead,
+        schema: ReadSchema,
+        descriptor: DeletionVectorDescriptor | None = None,
+    ) -> FilePartition:
+        return FilePartition(
+            self._plan.uri,
+            read,
+            schema,
+            dict(self.source.storage_options),
+            descriptor,
+            missing_ok=not self.source.fail_on_data_loss,
+        )
+
+    async def _version_files(
+        self, store: ObjectStore, version: int, commit: Any
+    ) -> list[FilePartition]:
+        cached = self._versions.get(version)
+        if cached is not None:
+            return cached
+        (actions,) = await read_log_files(store, [commit])
+        self._check(version, actions)
+        plan = self._plan
+        if plan.changes is not None:
+            timestamp_ms = self._timestamp(version, actions, commit.last_modified_ms)
+            tasks = await ChangePlanner(store).plan(version, actions, timestamp_ms, plan.changes)
+            files = [
+                self._partition(task, schema)
+                for task, schema in tasks
+                if not self.source.excluded(task.path)
+            ]
+        else:
+            files = self._added_files(version, actions)
+        if len(self._versions) >= _CACHED_VERSIONS:
+            del self._versions[min(self._versions)]
+        self._versions[version] = files
+        return files
+
+    def _check(self, version: int, actions: LogActions) -> None:
+        plan = self._plan
+        if actions.protocol is not None:
+            check_readable(plan.uri, actions.protocol)
+        if actions.metadata is not None:
+            if actions.metadata.id != plan.table_id:
+                raise InvalidArgumentError(
+                    f"{plan.uri}: version {version} changes the table's id: it was replaced"
+                )
+            if table_schema(actions.metadata) != table_schema(plan.metadata):
+                raise SchemaChangeError(
+                    plan.uri,
+                    version,
+                    "changes the table's schema; restart the query (with a new checkpoint "
+                    "location) to read it with the new schema",
+                )
+
+    def _timestamp(self, version: int, actions: LogActions, modified_ms: int) -> int:
+        if ict_enabled_at(self._plan.metadata, version):
+            info = actions.commit_info
+            if info is None or info.in_commit_timestamp is None:
+                raise CorruptCommitError(
+                    actions.source, "in-commit timestamps are enabled but it has none"
+                )
+            return info.in_commit_timestamp
+        return modified_ms
+
+    def _added_files(self, version: int, actions: LogActions) -> list[FilePartition]:
+        """The plain source's files of one version: its data-changing adds."""
+        source = self.source
+        adds = actions.file_actions.column("add")
+        added = pc.and_(pc.is_valid(adds), pc.fill_null(pc.struct_field(adds, "dataChange"), False))
+        rows = cast(list[dict[str, Any]], adds.filter(added).to_pylist(maps_as_pydicts="strict"))
+        if removes_data(actions):
+            if source.skip_change_commits:
+                return []
+            if not source.ignore_changes:
+                if not rows and source.ignore_deletes:
+                    return []
+                raise DataChangeInStreamError(
+                    self._plan.uri,
+                    version,
+                    "deletes or rewrites data, which a stream of appended rows cannot "
+                    "follow; set skipChangeCommits to skip such "
+                    "commits, ignoreChanges to read rewritten files again, ignoreDeletes to "
+                    "ignore commits that only delete, or read the change data feed "
+                    "(readChangeFeed)",
+                )
+        found = []
+        for row in rows:
+            if source.excluded(row["path"]):
+                continue
+            read = FileRead(
+                path=row["path"],
+                partition_values=row["partitionValues"] or {},
+                size=row["size"],
+                version=version,
+            )
+            dv = row.get("deletionVector")
+            descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None
+            found.append(self._partition(read, self._plan.schema, descriptor))
+        return found

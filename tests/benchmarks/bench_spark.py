@@ -1,0 +1,120 @@
+"""Rows per second through the deltastream Spark batch source, against Spark's own parquet
+reader over the same data files (the ceiling), in one Spark session.
+
+A table of ``--rows`` rows (default 5,000,000) in ``--files`` data files (default 50) is
+written once with ``deltalake`` (kept in ``--dir``). Each round reads every column of every
+row with both readers, alternating their order, into Spark's ``noop`` sink
+(``df.write.format("noop")``: everything is read and converted, nothing written); the
+figures are medians over ``--repeat`` rounds, after one untimed warm-up of each.
+
+Run: ``python tests/benchmarks/bench_spark.py --dir /tmp/bench-spark-table``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def build(table: Path, rows: int, files: int) -> None:
+    from deltalake import write_deltalake
+
+    per_file = rows // files
+    for i in range(files):
+        start = i * per_file
+        ids = pa.array(range(start, start + per_file), pa.int64())
+        data = pa.table(
+            {
+                "id": ids,
+                "amount": pc.multiply(ids.cast(pa.float64()), 0.5),
+                "country": pa.array(["NL", "FR", "JP", "BR"] * (per_file // 4)),
+                "qty": pc.cast(pc.bit_wise_and(ids, 1023), pa.int32()),
+                "ts": pc.cast(ids, pa.timestamp("us", tz="UTC")),
+            }
+        )
+        write_deltalake(str(table), data, mode="append")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--files", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, help="where the table is kept (reused if present)")
+    args = parser.parse_args()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    table = base / "table"
+    if not (table / "_delta_log").exists():
+        print(f"writing {args.rows:,} rows in {args.files} files to {table} ...", file=sys.stderr)
+        build(table, args.rows, args.files)
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import deltastream
+    import deltastream.spark
+
+    snapshot = deltastream.read_snapshot(str(table))
+    paths = [str(table / p) for p in snapshot.files.column("path").to_pylist()]
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    deltastream.spark.register(spark)
+
+    def deltastream_df():  # type: ignore[no-untyped-def]
+        return spark.read.format("deltastream").load(str(table))
+
+    def parquet_df():  # type: ignore[no-untyped-def]
+        return spark.read.parquet(*paths)
+
+    readers = {"deltastream source": deltastream_df, "spark.read.parquet": parquet_df}
+    rows = deltastream_df().count()
+    assert rows == parquet_df().count() == args.rows, rows
+
+    def timed(make) -> float:  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        make().write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - started
+
+    for make in readers.values():
+        timed(make)  # warm-up: JIT, worker start-up, file cache
+    times: dict[str, list[float]] = {name: [] for name in readers}
+    for i in range(args.repeat):
+        order = list(readers) if i % 2 == 0 else list(reversed(readers))
+        for name in order:
+            times[name].append(timed(readers[name]))
+    spark.stop()
+
+    print(f"command: python {' '.join(sys.argv)}")
+    print(
+        f"table: {rows:,} rows in {snapshot.num_files} files ({snapshot.size_bytes / 2**20:.1f} "
+        f"MiB), Spark local[2], {os.cpu_count()} CPUs; medians of {args.repeat} rounds"
+    )
+    rates = {}
+    for name, values in times.items():
+        median = statistics.median(values)
+        rates[name] = rows / median
+        print(f"  {name:<20} {median:7.3f} s   {rates[name] / 1e6:6.2f} M rows/s")
+    ratio = rates["deltastream source"] / rates["spark.read.parquet"]
+    verdict = "PASS" if ratio >= 0.7 else "MISS"
+    print(f"  ratio deltastream / parquet: {ratio:.2f}x (target >= 0.7x: {verdict})")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  peak RSS of this driver process: {peak:.0f} MiB (the JVM and Python workers apart)")
+
+
+if __name__ == "__main__":
+    main()

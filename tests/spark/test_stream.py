@@ -1,0 +1,290 @@
+"""Streaming reads through a real local Spark session: ``readStream.format("deltastream")``
+with ``Trigger.AvailableNow`` against a checkpoint location, run again and again while
+deltalake commits, delivers exactly ``load_cdf``'s rows; rate limits, the plain source's
+options, and offsets."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pytest
+from conftest import S3Bucket
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+
+import deltastream as ds
+from deltastream.spark import SourceOptions
+from deltastream.spark.stream import StreamReader
+
+CDF = {"delta.enableChangeDataFeed": "true"}
+KEY = ["id", "v", "_change_type", "_commit_version"]
+
+
+def batch(ids: range | list[int], v: str = "a") -> pa.Table:
+    return pa.table({"id": pa.array(list(ids), pa.int64()), "v": [v] * len(ids)})
+
+
+def commit(uri: str, n: int) -> None:
+    """One commit of a cycle of appends, updates, deletes and merges."""
+    table = DeltaTable(uri)
+    kind = n % 4
+    if kind == 0:
+        write_deltalake(uri, batch(range(100 + 10 * n, 103 + 10 * n), "n"), mode="append")
+    elif kind == 1:
+        table.update(predicate=f"id % 3 = {n % 3}", updates={"v": f"'u{n}'"})
+    elif kind == 2:
+        table.delete(f"id % 5 = {n % 5}")
+    else:
+        source = batch([1, 2, 1000 + n], f"m{n}")
+        (
+            table.merge(source, predicate="t.id = s.id", source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+
+def run_available_now(
+    spark: Any, uri: str, checkpoint: Path, out: Path, **options: str
+) -> list[dict[str, Any]]:
+    reader = spark.readStream.format("deltastream")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (
+        reader.load(uri)
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .option("path", str(out))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    return list(query.recentProgress)
+
+
+def delivered(out: Path) -> pa.Table:
+    return pads.dataset(str(out), format="parquet", exclude_invalid_files=True).to_table()
+
+
+def keys(table: pa.Table) -> Counter[tuple[Any, ...]]:
+    return Counter(zip(*(table.column(c).to_pylist() for c in KEY), strict=True))
+
+
+def test_change_feed_stream_restarts_lose_and_repeat_nothing(spark: Any, tmp_path: Path) -> None:
+    uri, checkpoint, out = str(tmp_path / "t"), tmp_path / "ckpt", tmp_path / "out"
+    write_deltalake(uri, batch(range(10)), configuration=CDF)
+    n = 0
+    for _ in range(4):  # four runs of the same query, commits in between
+        for _ in range(3):
+            n += 1
+            commit(uri, n)
+        run_available_now(
+            spark, uri, checkpoint, out, readChangeFeed="true", startingVersion="0",
+            maxFilesPerTrigger="2",
+        )  # fmt: skip
+    expected = pa.table(DeltaTable(uri).load_cdf(starting_version=0))
+    got = delivered(out)
+    assert got.num_rows == expected.num_rows > 0
+    assert keys(got) == keys(expected.select(KEY))
+
+
+def test_snapshot_first_then_changes(spark: Any, tmp_path: Path) -> None:
+    uri, checkpoint, out = str(tmp_path / "t"), tmp_path / "ckpt", tmp_path / "out"
+    write_deltalake(uri, batch(range(10)), configuration=CDF)
+    commit(uri, 1)  # version 1: the snapshot's version
+    run_available_now(spark, uri, checkpoint, out, readChangeFeed="true")
+    first = delivered(out)
+    assert set(first.column("_change_type").to_pylist()) == {"insert"}
+    assert set(first.column("_commit_version").to_pylist()) == {1}
+    now = ds.read_rows(uri).read_all()
+    assert sorted(zip(first["id"].to_pylist(), first["v"].to_pylist(), strict=True)) == sorted(
+        zip(now["id"].to_pylist(), now["v"].to_pylist(), strict=True)
+    )
+    commit(uri, 2)
+    run_available_now(spark, uri, checkpoint, out, readChangeFeed="true")
+    later = delivered(out).filter(pa.compute.greater(delivered(out)["_commit_version"], 1))
+    expected = pa.table(DeltaTable(uri).load_cdf(starting_version=2))
+    assert keys(later) == keys(expected.select(KEY))
+
+
+def test_max_files_per_trigger_sets_the_micro_batches(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)))
+    for i in range(5):
+        write_deltalake(uri, batch(range(10 * i + 10, 10 * i + 12)), mode="append")
+    files = ds.read_snapshot(uri).num_files
+    assert files == 6
+    progress = run_available_now(
+        spark, uri, tmp_path / "ckpt", tmp_path / "out", startingVersion="0",
+        maxFilesPerTrigger="2",
+    )  # fmt: skip
+    with_rows = [p for p in progress if p["numInputRows"] > 0]
+    assert len(with_rows) == 3
+    assert delivered(tmp_path / "out").num_rows == 3 + 5 * 2
+
+
+def write_with_update(uri: str) -> None:
+    write_deltalake(uri, batch(range(5)))  # 0
+    write_deltalake(uri, batch([5, 6]), mode="append")  # 1
+    DeltaTable(uri).update(predicate="id = 1", updates={"v": "'u'"})  # 2: rewrites a file
+    write_deltalake(uri, batch([7]), mode="append")  # 3
+    DeltaTable(uri).delete("id >= 5 AND id <= 6")  # 4: removes a whole file
+    write_deltalake(uri, batch([8]), mode="append")  # 5
+
+
+def test_plain_source_fails_on_a_rewrite_by_default(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_with_update(uri)
+    reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0"}))
+    start = reader.initialOffset()
+    with pytest.raises(ds.DataChangeInStreamError, match=r"version 2 .*skipChangeCommits"):
+        reader.latestOffset(start, ReadAllAvailable())
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("skipChangeCommits", [0, 1, 2, 3, 4, 5, 6, 7, 8]),
+        # The rewritten file comes again (ids 0..4 with 1 updated), and the delete of a
+        # whole file is ignored.
+        ("ignoreChanges", [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 7, 8]),
+    ],
+)
+def test_plain_source_options(spark: Any, tmp_path: Path, option: str, expected: list[int]) -> None:
+    uri = str(tmp_path / "t")
+    write_with_update(uri)
+    run_available_now(
+        spark, uri, tmp_path / "ckpt", tmp_path / "out", startingVersion="0", **{option: "true"}
+    )
+    assert sorted(delivered(tmp_path / "out").column("id").to_pylist()) == sorted(expected)
+
+
+def test_ignore_deletes_ignores_only_pure_deletes(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(5)))
+    write_deltalake(uri, batch([5, 6]), mode="append")
+    DeltaTable(uri).delete("id >= 5")  # removes a whole file: a pure delete
+    write_deltalake(uri, batch([7]), mode="append")
+    options = {"path": uri, "startingVersion": "0", "ignoreDeletes": "true"}
+    reader = StreamReader(SourceOptions.parse(options))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    ids = sorted(i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist())
+    assert ids == [0, 1, 2, 3, 4, 5, 6, 7]
+    DeltaTable(uri).update(predicate="id = 1", updates={"v": "'u'"})  # not a pure delete
+    with pytest.raises(ds.DataChangeInStreamError, match="version 4"):
+        reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_offsets_advance_by_files_and_never_backwards(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)), configuration=CDF)
+    for i in range(3):
+        write_deltalake(uri, batch([10 + i]), mode="append")
+    reader = StreamReader(SourceOptions.parse({"path": uri, "readChangeFeed": "true"}))
+    start = reader.initialOffset()
+    assert start["isInitialSnapshot"] and start["version"] == 3 and start["index"] == 0
+    seen = []
+    offset = start
+    while True:
+        end = reader.latestOffset(offset, ReadMaxFiles(1))
+        if end == offset:
+            break
+        parts = reader.partitions(offset, end)
+        assert len(parts) <= 1
+        seen += [i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist()]
+        offset = end
+    assert sorted(seen) == [0, 1, 2, 10, 11, 12]
+    assert offset == {
+        "sourceVersion": 1, "tableId": ds.read_snapshot(uri).metadata.id, "version": 4,
+        "index": 0, "isInitialSnapshot": False,
+    }  # fmt: skip
+    # Never backwards: an offset past what the log has is returned as it is.
+    ahead = dict(offset, version=9)
+    assert reader.latestOffset(ahead, ReadAllAvailable()) == ahead
+
+
+def test_an_offset_of_another_table_is_rejected(tmp_path: Path) -> None:
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    write_deltalake(a, batch(range(3)))
+    write_deltalake(b, batch(range(3)))
+    offset = StreamReader(SourceOptions.parse({"path": a})).initialOffset()
+    reader = StreamReader(SourceOptions.parse({"path": b}))
+    with pytest.raises(ds.InvalidArgumentError, match="belong to table"):
+        reader.latestOffset(offset, ReadAllAvailable())
+
+
+def test_missing_commits_fail_the_stream_naming_them(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)))
+    for i in range(3):
+        write_deltalake(uri, batch([10 + i]), mode="append")
+    DeltaTable(uri).create_checkpoint()
+    (tmp_path / "t/_delta_log/00000000000000000001.json").unlink()
+    reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "1"}))
+    with pytest.raises(ds.MissingVersionsError, match="failOnDataLoss"):
+        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    lenient = StreamReader(
+        SourceOptions.parse({"path": uri, "startingVersion": "1", "failOnDataLoss": "false"})
+    )
+    start = lenient.initialOffset()
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    parts = lenient.partitions(start, end)
+    ids = sorted(i for p in parts for b in lenient.read(p) for i in b.column("id").to_pylist())
+    assert ids == [11, 12]
+
+
+def test_s3_table_streams_through_spark(spark: Any, s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    local = str(tmp_path / "t")
+    write_deltalake(local, batch(range(10)), configuration=CDF)
+    for n in range(1, 4):
+        commit(local, n)
+    uri = s3_bucket.upload_dir(Path(local), "tables/t")
+    options = {k: v for k, v in s3_bucket.storage_options.items()}
+    run_available_now(
+        spark, uri, tmp_path / "ckpt", tmp_path / "out", readChangeFeed="true",
+        startingVersion="0", **options,
+    )  # fmt: skip
+    expected = pa.table(DeltaTable(local).load_cdf(starting_version=0))
+    got = delivered(tmp_path / "out")
+    assert got.num_rows == expected.num_rows > 0
+    assert keys(got) == keys(expected.select(KEY))
+
+
+def read_all(reader: StreamReader) -> list[int]:
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    return sorted(i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist())
+
+
+def test_a_schema_change_stops_the_stream(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)))
+    reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0"}))
+    wider = batch([7]).append_column("extra", pa.array([1], pa.int64()))
+    write_deltalake(uri, wider, mode="append", schema_mode="merge")
+    with pytest.raises(ds.SchemaChangeError, match="version 1 changes the table's schema"):
+        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+
+
+def test_a_vacuumed_data_file_fails_or_is_skipped(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)))
+    write_deltalake(uri, batch([10, 11]), mode="append")
+    first = set(ds.read_snapshot(uri, version=0).files.column("path").to_pylist())
+    (added,) = set(ds.read_snapshot(uri).files.column("path").to_pylist()) - first
+    (tmp_path / "t" / added).unlink()  # version 1's file, gone before it was read
+    strict = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0"}))
+    with pytest.raises(ds.DataFileNotFoundError, match=added):
+        read_all(strict)
+    lenient = StreamReader(
+        SourceOptions.parse({"path": uri, "startingVersion": "0", "failOnDataLoss": "false"})
+    )
+    assert read_all(lenient) == [0, 1, 2]
