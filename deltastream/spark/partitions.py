@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -27,7 +28,7 @@ from deltastream.errors import DataFileNotFoundError
 from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.storage import open_store
 
-__all__ = ["FilePartition", "read_partition"]
+__all__ = ["FilePartition", "add_partitions", "read_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,34 @@ class FilePartition(InputPartition):
     def size(self) -> int:
         """Bytes of the data file (0 if the log does not say), for admission control."""
         return self.read.size or 0
+
+
+def add_partitions(
+    adds: Iterable[Mapping[str, Any]],
+    *,
+    uri: str,
+    storage_options: Mapping[str, str],
+    schema: ReadSchema,
+    version: int,
+    constants: tuple[Any, ...] = (),
+    missing_ok: bool = False,
+    exclude: Callable[[str], bool] = lambda path: False,
+) -> Iterator[FilePartition]:
+    """One partition per ``add`` action (dicts with ``path``, ``partitionValues``, ``size``
+    and ``deletionVector``), but those whose path ``exclude`` rejects."""
+    for add in adds:
+        if exclude(add["path"]):
+            continue
+        read = FileRead(
+            path=add["path"],
+            partition_values=add["partitionValues"] or {},
+            size=add["size"],
+            version=version,
+            constants=constants,
+        )
+        dv = add.get("deletionVector")
+        descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None
+        yield FilePartition(uri, read, schema, dict(storage_options), descriptor, missing_ok)
 
 
 def read_partition(partition: FilePartition) -> Iterator[pa.RecordBatch]:

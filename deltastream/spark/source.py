@@ -9,7 +9,6 @@ becomes one input partition that an executor reads on its own (:mod:`.partitions
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import anyio
 import pyarrow as pa
@@ -23,15 +22,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from deltastream.changes.cdf import ChangePlan, plan_changes
-from deltastream.changes.reader import FileRead, ReadSchema
+from deltastream.changes.reader import ReadSchema
 from deltastream.changes.scan import snapshot_read_schema
 from deltastream.changes.versions import ChangeSchemas
 from deltastream.errors import InvalidArgumentError
-from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.spark.options import SourceOptions
-from deltastream.spark.partitions import FilePartition, read_partition
+from deltastream.spark.partitions import FilePartition, add_partitions, read_partition
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
 
@@ -132,23 +130,17 @@ def _snapshot_partitions(
     snapshot: Snapshot,
     schema: ReadSchema,
     source: SourceOptions,
-    constants: Sequence[Any] = (),
 ) -> Iterator[FilePartition]:
     wanted = snapshot.files.select(["path", "partitionValues", "size", "deletionVector"])
     for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
-        for row in chunk.to_pylist(maps_as_pydicts="strict"):
-            if source.excluded(row["path"]):
-                continue
-            dv = row["deletionVector"]
-            read = FileRead(
-                path=row["path"],
-                partition_values=row["partitionValues"] or {},
-                size=row["size"],
-                version=snapshot.version,
-                constants=tuple(constants),
-            )
-            descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None
-            yield FilePartition(uri, read, schema, options, descriptor)
+        yield from add_partitions(
+            chunk.to_pylist(maps_as_pydicts="strict"),
+            uri=uri,
+            storage_options=options,
+            schema=schema,
+            version=snapshot.version,
+            exclude=source.excluded,
+        )
 
 
 class BatchReader(DataSourceReader):

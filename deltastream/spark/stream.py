@@ -52,7 +52,7 @@ from deltastream.errors import (
     MissingVersionsError,
     SchemaChangeError,
 )
-from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
+from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.snapshot.features import check_readable
@@ -64,7 +64,7 @@ from deltastream.snapshot.loader import (
 )
 from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
 from deltastream.spark.options import DEFAULT_MAX_FILES, SourceOptions
-from deltastream.spark.partitions import FilePartition, read_partition
+from deltastream.spark.partitions import FilePartition, add_partitions, read_partition
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
 
@@ -316,36 +316,31 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if plan.changes is not None:
             constants = ("insert", version, (snapshot.timestamp_ms or 0) * 1000)
         files = snapshot.files.select(["path", "partitionValues", "size", "deletionVector"])
-        files = files.sort_by("path")
-        found = []
-        for row in files.to_pylist(maps_as_pydicts="strict"):
-            if self.source.excluded(row["path"]):
-                continue
-            read = FileRead(
-                path=row["path"],
-                partition_values=row["partitionValues"] or {},
-                size=row["size"],
-                version=version,
-                constants=constants,
-            )
-            dv = row["deletionVector"]
-            descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None
-            found.append(self._partition(read, plan.schema, descriptor))
+        adds = files.sort_by("path").to_pylist(maps_as_pydicts="strict")
+        found = list(self._adds(adds, version, constants))
         self._snapshot = (version, found)
         return found
 
-    def _partition(
-        self,
-        read: FileRead,
-        schema: ReadSchema,
-        descriptor: DeletionVectorDescriptor | None = None,
-    ) -> FilePartition:
+    def _adds(
+        self, adds: list[dict[str, Any]], version: int, constants: tuple[Any, ...] = ()
+    ) -> Iterator[FilePartition]:
+        return add_partitions(
+            adds,
+            uri=self._plan.uri,
+            storage_options=self.source.storage_options,
+            schema=self._plan.schema,
+            version=version,
+            constants=constants,
+            missing_ok=not self.source.fail_on_data_loss,
+            exclude=self.source.excluded,
+        )
+
+    def _partition(self, read: FileRead, schema: ReadSchema) -> FilePartition:
         return FilePartition(
             self._plan.uri,
             read,
             schema,
             dict(self.source.storage_options),
-            descriptor,
             missing_ok=not self.source.fail_on_data_loss,
         )
 
@@ -421,17 +416,5 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "ignore commits that only delete, or read the change data feed "
                     "(readChangeFeed)",
                 )
-        found = []
-        for row in rows:
-            if source.excluded(row["path"]):
-                continue
-            read = FileRead(
-                path=row["path"],
-                partition_values=row["partitionValues"] or {},
-                size=row["size"],
-                version=version,
-            )
-            dv = row.get("deletionVector")
-            descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None
-            found.append(self._partition(read, self._plan.schema, descriptor))
+        found = list(self._adds(rows, version))
         return found
