@@ -21,13 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 from deltastream.spark.options import SourceOptions
-from deltastream.spark.partitions import FilePartition, read_partition
+from deltastream.spark.partitions import FileGroup, FilePartition, pack, read_group, read_partition
 from deltastream.spark.source import DeltaStreamDataSource, spark_schema
 
 __all__ = [
     "DeltaStreamDataSource",
+    "FileGroup",
     "FilePartition",
     "SourceOptions",
+    "pack",
+    "read_group",
     "read_partition",
     "register",
     "spark_schema",

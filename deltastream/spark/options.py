@@ -8,12 +8,14 @@ any name :class:`~deltastream.storage.s3.S3Options` accepts (``endpoint_url``, `
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from deltastream.errors import InvalidArgumentError
 from deltastream.snapshot.timestamps import parse_timestamp
+from deltastream.spark.partitions import FileGroup, FilePartition, pack
 from deltastream.storage.s3 import STORAGE_OPTION_NAMES
 
 __all__ = ["DEFAULT_MAX_FILES", "SourceOptions"]
@@ -39,6 +41,9 @@ _KNOWN = {
     "skipchangecommits",
     "failondataloss",
     "excluderegex",
+    "maxpartitionbytes",
+    "opencostinbytes",
+    "minpartitions",
 }
 _BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -114,6 +119,11 @@ class SourceOptions:
     skip_change_commits: bool = False
     fail_on_data_loss: bool = True
     exclude_regex: re.Pattern[str] | None = None
+    #: How files are packed into Spark tasks (as Spark's own ``spark.sql.files.*``).
+    max_partition_bytes: int = 128 << 20
+    open_cost_in_bytes: int = 4 << 20
+    #: Tasks to spread a read over at least (default: this machine's CPU count).
+    min_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -180,6 +190,19 @@ class SourceOptions:
             skip_change_commits=_bool("skipChangeCommits", lowered.get("skipchangecommits"), False),
             fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss"), True),
             exclude_regex=pattern,
+            max_partition_bytes=_bytes("maxPartitionBytes", lowered.get("maxpartitionbytes"))
+            or 128 << 20,
+            open_cost_in_bytes=_bytes("openCostInBytes", lowered.get("opencostinbytes")) or 4 << 20,
+            min_partitions=_positive("minPartitions", lowered.get("minpartitions")),
+        )
+
+    def pack(self, files: Sequence[FilePartition]) -> list[FileGroup]:
+        """``files`` packed into Spark tasks by these options."""
+        return pack(
+            files,
+            max_bytes=self.max_partition_bytes,
+            open_cost=self.open_cost_in_bytes,
+            min_partitions=self.min_partitions or os.cpu_count() or 1,
         )
 
     def excluded(self, path: str) -> bool:

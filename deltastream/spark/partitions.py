@@ -1,5 +1,12 @@
-"""Input partitions of the Spark source: one data file (or change-data file) each, as plain
-data, and the executor-side read that turns one into Arrow record batches.
+r"""Input partitions of the Spark source, as plain data, and the executor-side read that turns
+one into Arrow record batches.
+
+Each file to read (a data file or a change-data file) is a :class:`FilePartition`; Spark gets
+them packed into :class:`FileGroup`\ s the way Spark packs its own file scans: whole files,
+largest first, into groups of at most ``maxPartitionBytes`` (each file also counting
+``openCostInBytes``), with enough groups for ``minPartitions`` tasks. A Spark task costs tens
+of milliseconds of set-up in a Python worker, so one task per small file would spend more
+time starting tasks than reading.
 
 A partition holds the table's location and storage options, the file's read description
 (:class:`~deltastream.changes.reader.FileRead`: path, partition values, size, version,
@@ -14,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +35,7 @@ from deltastream.errors import DataFileNotFoundError
 from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.storage import open_store
 
-__all__ = ["FilePartition", "add_partitions", "read_partition"]
+__all__ = ["FileGroup", "FilePartition", "add_partitions", "pack", "read_group", "read_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -80,32 +87,81 @@ def add_partitions(
         yield FilePartition(uri, read, schema, dict(storage_options), descriptor, missing_ok)
 
 
+@dataclass(frozen=True)
+class FileGroup(InputPartition):
+    """The files one Spark task reads, in order (all of one table and read schema)."""
+
+    files: tuple[FilePartition, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def pack(
+    files: Sequence[FilePartition],
+    *,
+    max_bytes: int = 128 << 20,
+    open_cost: int = 4 << 20,
+    min_partitions: int = 1,
+) -> list[FileGroup]:
+    """Whole files into groups, as Spark packs a file scan: the split size is
+    ``min(max_bytes, max(open_cost, total / min_partitions))``, where each file weighs its
+    size plus ``open_cost``; files go largest first into the current group until it would
+    exceed the split size."""
+    if not files:
+        return []
+    total = sum(f.size + open_cost for f in files)
+    split = min(max_bytes, max(open_cost, total // max(min_partitions, 1)))
+    groups: list[FileGroup] = []
+    current: list[FilePartition] = []
+    weight = 0
+    for f in sorted(files, key=lambda f: f.size, reverse=True):
+        if current and weight + f.size > split:
+            groups.append(FileGroup(tuple(current)))
+            current, weight = [], 0
+        current.append(f)
+        weight += f.size + open_cost
+    groups.append(FileGroup(tuple(current)))
+    return groups
+
+
 def read_partition(partition: FilePartition) -> Iterator[pa.RecordBatch]:
-    """The record batches of one partition, streamed (a couple of batches in memory)."""
+    """The record batches of one file, streamed (a couple of batches in memory)."""
+    yield from read_group(FileGroup((partition,)))
+
+
+def read_group(group: FileGroup) -> Iterator[pa.RecordBatch]:
+    """The record batches of a group's files, one file after the other (the next file is
+    opened and decoded while the consumer takes the current one's batches)."""
+    if not group.files:
+        return
+    first = group.files[0]
 
     async def open_stream() -> BatchStream:
-        store = open_store(partition.uri, partition.storage_options)
+        store = open_store(first.uri, first.storage_options)
 
         async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
-            task = partition.read
-            if partition.deletion_vector is not None:
-                exclude = await load_deletion_vector(
-                    store, partition.deletion_vector, data_file=task.path
-                )
-                task = replace(task, exclude=exclude)
-            yield task, partition.schema
+            for partition in group.files:
+                task = partition.read
+                if partition.deletion_vector is not None:
+                    exclude = await load_deletion_vector(
+                        store, partition.deletion_vector, data_file=task.path
+                    )
+                    task = replace(task, exclude=exclude)
+                yield task, partition.schema
 
         async def batches() -> AsyncIterator[pa.RecordBatch]:
-            reads = read_file_batches(store, tasks(), concurrency=1, on_missing=skip_missing)
+            reads = read_file_batches(store, tasks(), concurrency=2, on_missing=skip_missing)
             async with contextlib.aclosing(reads):
                 async for _, batch in reads:
                     yield batch
 
-        return BatchStream(partition.schema.output_schema, batches(), on_close=store.aclose)
+        return BatchStream(first.schema.output_schema, batches(), on_close=store.aclose)
 
     def skip_missing(task: FileRead, error: DataFileNotFoundError) -> bool:
-        if partition.missing_ok:
+        if first.missing_ok:
             log.warning("%s; skipped (failOnDataLoss is false)", error)
-        return partition.missing_ok
+        return first.missing_ok
 
     yield from to_record_batch_reader(open_stream)

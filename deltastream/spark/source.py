@@ -2,8 +2,8 @@
 a version or timestamp) or of its change data feed over a range of versions.
 
 Planning (the log replay, the range's validation, deletion-vector differences of the change
-feed) runs once, on the driver, in :meth:`DataSourceReader.partitions`; each data file then
-becomes one input partition that an executor reads on its own (:mod:`.partitions`).
+feed) runs once, on the driver, in :meth:`DataSourceReader.partitions`; the files to read are
+then packed into input partitions that executors read on their own (:mod:`.partitions`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from deltastream.errors import InvalidArgumentError
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.spark.options import SourceOptions
-from deltastream.spark.partitions import FilePartition, add_partitions, read_partition
+from deltastream.spark.partitions import FileGroup, FilePartition, add_partitions, read_group
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
 
@@ -150,8 +150,8 @@ class BatchReader(DataSourceReader):
         self.source = source
 
     def partitions(self) -> Sequence[InputPartition]:
-        return anyio.run(_partitions, self.source)
+        return self.source.pack(anyio.run(_partitions, self.source))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FilePartition)
-        return read_partition(partition)
+        assert isinstance(partition, FileGroup)
+        return read_group(partition)

@@ -11,8 +11,8 @@ its actions; the snapshot's files are sorted by path), so a restarted query, or 
 reader object, finds the same files at the same offsets. :meth:`latestOffset` walks forward
 from the start through as many files as the read limit admits (``maxFilesPerTrigger``, default
 1000, and ``maxBytesPerTrigger``, a soft limit: one file always fits) and never moves
-backwards; :meth:`partitions` turns the files between two offsets into one input partition
-each. Versions are planned on the driver; executors only read files.
+backwards; :meth:`partitions` packs the files between two offsets into input partitions.
+Versions are planned on the driver; executors only read files.
 
 Without ``readChangeFeed``, as in Delta's own source, a version contributes the files it adds
 (``dataChange=true``); a version that deletes or rewrites data fails the stream, naming the
@@ -64,7 +64,7 @@ from deltastream.snapshot.loader import (
 )
 from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
 from deltastream.spark.options import DEFAULT_MAX_FILES, SourceOptions
-from deltastream.spark.partitions import FilePartition, add_partitions, read_partition
+from deltastream.spark.partitions import FileGroup, FilePartition, add_partitions, read_group
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
 
@@ -134,7 +134,7 @@ class _Plan:
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Plans micro-batches on the driver; executors read one file per partition."""
+    """Plans micro-batches on the driver; executors read the files of each partition."""
 
     def __init__(self, source: SourceOptions) -> None:
         self.source = source
@@ -165,11 +165,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return max(begin, end).to_json(self._plan.table_id)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return anyio.run(self._between, self._offset(start), self._offset(end))
+        files = anyio.run(self._between, self._offset(start), self._offset(end))
+        return self.source.pack(files)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FilePartition)
-        return read_partition(partition)
+        assert isinstance(partition, FileGroup)
+        return read_group(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to release: planned versions before ``end`` leave the cache as it moves.

@@ -1,6 +1,7 @@
 """Batch reads through a real local Spark session: ``spark.read.format("deltastream")``
 gives what deltastream's own readers give (corpora with deletion vectors and column
-mapping; a table deltalake wrote with updates and deletes), one partition per file."""
+mapping; a table deltalake wrote with updates and deletes); files are packed into tasks as
+Spark packs a file scan."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from conftest import CORPORA
 from deltalake import DeltaTable, write_deltalake
 
 import deltastream as ds
-from deltastream.spark import DeltaStreamDataSource, FilePartition, SourceOptions
+from deltastream.changes.reader import FileRead
+from deltastream.spark import DeltaStreamDataSource, FilePartition, SourceOptions, pack
 from deltastream.spark.source import BatchReader
 
 KERNEL = CORPORA / "delta-kernel-rs"
@@ -55,18 +57,43 @@ def test_deletion_vectors_are_honoured(spark: Any) -> None:
     assert spark.read.format("deltastream").load(uri).count() == 8
 
 
-def test_one_partition_per_file_and_partitions_pickle(tmp_path: Path) -> None:
+def test_every_file_in_one_partition_and_partitions_pickle() -> None:
     uri = str(TABLES["dv-partitioned-with-checkpoint"])
-    reader = BatchReader(SourceOptions.parse({"path": uri}))
-    partitions = reader.partitions()
     snapshot = ds.read_snapshot(uri)
-    assert len(partitions) == snapshot.num_files
-    assert all(isinstance(p, FilePartition) for p in partitions)
-    assert any(p.deletion_vector is not None for p in partitions)
-    # Plain data: every partition pickles (Spark ships them to executors) and reads alone.
-    copies = pickle.loads(pickle.dumps(partitions))
-    total = sum(b.num_rows for p in copies for b in reader.read(p))
-    assert total == ds.read_rows(uri).read_all().num_rows
+    for min_partitions, expected in (("1000", snapshot.num_files), ("1", 1)):
+        reader = BatchReader(SourceOptions.parse({"path": uri, "minPartitions": min_partitions}))
+        groups = reader.partitions()
+        assert len(groups) == expected
+        files = [f for g in groups for f in g.files]
+        assert sorted(f.read.path for f in files) == sorted(
+            snapshot.files.column("path").to_pylist()
+        )
+        assert any(f.deletion_vector is not None for f in files)
+        # Plain data: every partition pickles (Spark ships them to executors) and reads alone.
+        copies = pickle.loads(pickle.dumps(groups))
+        total = sum(b.num_rows for g in copies for b in reader.read(g))
+        assert total == ds.read_rows(uri).read_all().num_rows
+
+
+def fake_file(name: str, size: int) -> FilePartition:
+    return FilePartition("/t", FileRead(path=name, size=size), None)  # type: ignore[arg-type]
+
+
+def test_files_are_packed_like_spark_packs_a_file_scan() -> None:
+    mib = 1 << 20
+    small = [fake_file(f"s{i}", 2 * mib) for i in range(50)]
+    # 50 x (2 + 4 MiB open cost) = 300 MiB over 2 tasks: splits of 128 MiB (the cap).
+    groups = pack(small, min_partitions=2)
+    assert [len(g.files) for g in groups] == [22, 22, 6]
+    # Enough tasks for every core: 300 MiB / 8 = 37.5 MiB splits.
+    assert len(pack(small, min_partitions=8)) == 9
+    # A large file is never split nor joined; small ones fill the other groups.
+    big = [fake_file("big", 500 * mib), *small[:3]]
+    assert [[f.read.path for f in g.files] for g in pack(big, min_partitions=2)] == [
+        ["big"],
+        ["s0", "s1", "s2"],
+    ]
+    assert pack([], min_partitions=2) == []
 
 
 def write_history(uri: str) -> None:
