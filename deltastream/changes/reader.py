@@ -110,6 +110,9 @@ class FileRead:
     include: BitMap64 | None = None
     #: Values of the schema's ``constant_fields`` for every row of this file.
     constants: tuple[Any, ...] = ()
+    #: Read only part of the file: the row groups whose midpoint lies in these bytes
+    #: ``[start, end)`` (as Spark splits parquet files), with the file's own row numbering.
+    split: tuple[int, int] | None = None
 
 
 class _TypeMismatchError(Exception):
@@ -260,31 +263,60 @@ class _FileReader:
                     f"but the file has {self.num_rows} rows",
                 )
 
-    def _raw_batches(self) -> Iterator[pa.RecordBatch]:
+    def _row_groups(self) -> list[tuple[int, int]]:
+        """The row groups to read, with the file row number each starts at."""
+        metadata = self.pf.metadata
+        groups: list[tuple[int, int]] = []
+        first_row = 0
+        for rg in range(metadata.num_row_groups):
+            group = metadata.row_group(rg)
+            if self.task.split is None:
+                groups.append((rg, first_row))
+            else:
+                chunks = [group.column(c) for c in range(group.num_columns)]
+                begin = min(
+                    (
+                        (c.dictionary_page_offset if c.has_dictionary_page else None)
+                        or c.data_page_offset
+                        for c in chunks
+                    ),
+                    default=0,
+                )
+                midpoint = begin + sum(c.total_compressed_size for c in chunks) // 2
+                lo, hi = self.task.split
+                if lo <= midpoint < hi:
+                    groups.append((rg, first_row))
+            first_row += group.num_rows
+        return groups
+
+    def _raw_batches(self) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """The file's batches, each with the file row number it starts at."""
         columns = list(dict.fromkeys(self.file_names))
-        if columns:
-            # One thread per file: files are decoded in parallel by read_files instead.
-            yield from self.pf.iter_batches(
-                batch_size=BATCH_ROWS, columns=columns, use_threads=False
-            )
-            return
-        # Only partition columns or nulls: the rows still have to be counted.
-        for rg in range(self.pf.metadata.num_row_groups):
+        for rg, first_row in self._row_groups():
+            start = first_row
+            if columns:
+                # One thread per file: files are decoded in parallel by read_files instead.
+                for raw in self.pf.iter_batches(
+                    batch_size=BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False
+                ):
+                    yield start, raw
+                    start += raw.num_rows
+                continue
+            # Only partition columns or nulls: the rows still have to be counted.
             remaining = self.pf.metadata.row_group(rg).num_rows
             while remaining > 0:
                 n = min(BATCH_ROWS, remaining)
-                yield _empty(n)
+                yield start, _empty(n)
+                start += n
                 remaining -= n
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        start = 0
         schema = self.schema
         out_schema = schema.output_schema
         try:
-            for raw in self._raw_batches():
+            for start, raw in self._raw_batches():
                 n = raw.num_rows
                 selection = _selection(self.task, start, n)
-                start += n
                 if selection is not None and not pc.any(selection).as_py():
                     continue
                 yield from self._convert(raw, n, selection, out_schema)

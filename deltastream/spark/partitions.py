@@ -2,11 +2,11 @@ r"""Input partitions of the Spark source, as plain data, and the executor-side r
 one into Arrow record batches.
 
 Each file to read (a data file or a change-data file) is a :class:`FilePartition`; Spark gets
-them packed into :class:`FileGroup`\ s the way Spark packs its own file scans: whole files,
-largest first, into groups of at most ``maxPartitionBytes`` (each file also counting
-``openCostInBytes``), with enough groups for ``minPartitions`` tasks. A Spark task costs tens
-of milliseconds of set-up in a Python worker, so one task per small file would spend more
-time starting tasks than reading.
+them packed into :class:`FileGroup`\ s the way Spark packs its own file scans: files (large
+ones cut into byte ranges), largest first, into groups of at most ``maxPartitionBytes`` (each
+also counting ``openCostInBytes``), with enough groups for ``minPartitions`` tasks. A Spark
+task costs tens of milliseconds of set-up in a Python worker, so one task per small file
+would spend more time starting tasks than reading.
 
 A partition holds the table's location and storage options, the file's read description
 (:class:`~deltastream.changes.reader.FileRead`: path, partition values, size, version,
@@ -55,8 +55,20 @@ class FilePartition(InputPartition):
 
     @property
     def size(self) -> int:
-        """Bytes of the data file (0 if the log does not say), for admission control."""
+        """Bytes of the data file, or of the part read (0 if the log does not say)."""
+        if self.read.split is not None:
+            return self.read.split[1] - self.read.split[0]
         return self.read.size or 0
+
+    def splits(self, length: int) -> list[FilePartition]:
+        """This file as parts of at most ``length`` bytes (itself if it is no larger)."""
+        size = self.read.size or 0
+        if self.read.split is not None or size <= length:
+            return [self]
+        return [
+            replace(self, read=replace(self.read, split=(start, min(start + length, size))))
+            for start in range(0, size, length)
+        ]
 
 
 def add_partitions(
@@ -105,18 +117,20 @@ def pack(
     open_cost: int = 4 << 20,
     min_partitions: int = 1,
 ) -> list[FileGroup]:
-    """Whole files into groups, as Spark packs a file scan: the split size is
+    """Files into groups, as Spark packs a file scan: the split size is
     ``min(max_bytes, max(open_cost, total / min_partitions))``, where each file weighs its
-    size plus ``open_cost``; files go largest first into the current group until it would
-    exceed the split size."""
+    size plus ``open_cost``; files larger than that are cut into byte ranges of that size
+    (each reads the row groups whose midpoint it holds); pieces go largest first into the
+    current group until it would exceed the split size."""
     if not files:
         return []
     total = sum(f.size + open_cost for f in files)
     split = min(max_bytes, max(open_cost, total // max(min_partitions, 1)))
+    pieces = [piece for f in files for piece in f.splits(split)]
     groups: list[FileGroup] = []
     current: list[FilePartition] = []
     weight = 0
-    for f in sorted(files, key=lambda f: f.size, reverse=True):
+    for f in sorted(pieces, key=lambda f: f.size, reverse=True):
         if current and weight + f.size > split:
             groups.append(FileGroup(tuple(current)))
             current, weight = [], 0

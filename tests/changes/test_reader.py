@@ -233,3 +233,40 @@ def test_void_columns_are_dropped() -> None:
     raw = pa.concat_tables([pq.read_table(f) for f in sorted(table.glob("*.parquet"))])
     assert got.schema.names == ["id"]
     assert sorted(got["id"].to_pylist()) == sorted(raw["id"].to_pylist())
+
+
+def test_byte_range_splits_read_each_row_group_once(tmp_path: Path) -> None:
+    """Cut into byte ranges (as Spark splits a file), the parts of a file give its rows
+    exactly once, with deletion vectors applied by the file's own row numbers."""
+    from pyroaring import BitMap64
+
+    from deltastream.changes.reader import FileRead, ReadSchema, read_files
+    from deltastream.changes.schema import parse_schema
+    from deltastream.storage import open_store
+
+    n = 10_000
+    data = pa.table({"id": pa.array(range(n), pa.int64()), "s": [f"v{i}" for i in range(n)]})
+    pq.write_table(data, tmp_path / "f.parquet", row_group_size=700)  # 15 row groups
+    size = (tmp_path / "f.parquet").stat().st_size
+    schema_string = (
+        '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}},'
+        '{"name":"s","type":"string","nullable":true,"metadata":{}}]}'
+    )
+    read_schema = ReadSchema(table_schema=parse_schema(schema_string), columns=("id", "s"))
+    deleted = BitMap64([0, 1, 699, 700, 5000, 9999])
+
+    async def read(split: tuple[int, int] | None) -> list[int]:
+        async with open_store(str(tmp_path)) as store:
+            task = FileRead(path="f.parquet", size=size, exclude=deleted, split=split)
+
+            async def tasks():  # type: ignore[no-untyped-def]
+                yield task, read_schema
+
+            return [i async for b in read_files(store, tasks()) for i in b["id"].to_pylist()]
+
+    expected = [i for i in range(n) if i not in deleted]
+    assert anyio.run(read, None) == expected
+    for length in (1_000, 4_096, 50_000, size):
+        parts = [(start, min(start + length, size)) for start in range(0, size, length)]
+        got = [i for part in parts for i in anyio.run(read, part)]
+        assert got == expected, length

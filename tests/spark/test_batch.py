@@ -87,12 +87,15 @@ def test_files_are_packed_like_spark_packs_a_file_scan() -> None:
     assert [len(g.files) for g in groups] == [22, 22, 6]
     # Enough tasks for every core: 300 MiB / 8 = 37.5 MiB splits.
     assert len(pack(small, min_partitions=8)) == 9
-    # A large file is never split nor joined; small ones fill the other groups.
+    # A large file is cut into split-size byte ranges; small files fill the gaps.
     big = [fake_file("big", 500 * mib), *small[:3]]
-    assert [[f.read.path for f in g.files] for g in pack(big, min_partitions=2)] == [
-        ["big"],
-        ["s0", "s1", "s2"],
-    ]
+    groups = pack(big, min_partitions=2)
+    assert [[f.read.path for f in g.files] for g in groups] == [
+        ["big"], ["big"], ["big"], ["big", "s0", "s1"], ["s2"],
+    ]  # fmt: skip
+    assert [g.files[0].read.split for g in groups[:4]] == [
+        (0, 128 * mib), (128 * mib, 256 * mib), (256 * mib, 384 * mib), (384 * mib, 500 * mib),
+    ]  # fmt: skip
     assert pack([], min_partitions=2) == []
 
 
@@ -195,3 +198,20 @@ def test_batch_change_feed_needs_a_start() -> None:
     reader = source.reader(source.schema())
     with pytest.raises(ds.InvalidArgumentError, match="needs startingVersion"):
         reader.partitions()
+
+
+def test_a_large_file_is_read_in_parts_by_several_tasks(spark: Any, tmp_path: Path) -> None:
+    from deltalake import WriterProperties
+
+    uri = str(tmp_path / "t")
+    n = 200_000
+    data = pa.table({"id": pa.array(range(n), pa.int64()), "s": [f"v{i}" for i in range(n)]})
+    write_deltalake(uri, data, writer_properties=WriterProperties(max_row_group_size=10_000))
+    assert ds.read_snapshot(uri).num_files == 1
+    options = {"path": uri, "maxPartitionBytes": "256k", "minPartitions": "4"}
+    groups = BatchReader(SourceOptions.parse(options)).partitions()
+    assert len(groups) > 2
+    df = spark.read.format("deltastream").options(**options).load()
+    assert df.rdd.getNumPartitions() == len(groups)
+    ids = df.select("id").toArrow().column("id").to_pylist()
+    assert sorted(ids) == list(range(n))
