@@ -6,6 +6,7 @@ options, and offsets."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pyarrow.dataset as pads
 import pytest
 from conftest import S3Bucket
 from deltalake import DeltaTable, write_deltalake
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
 
 import deltastream as ds
 from deltastream.spark import SourceOptions
@@ -288,3 +289,47 @@ def test_a_vacuumed_data_file_fails_or_is_skipped(tmp_path: Path) -> None:
         SourceOptions.parse({"path": uri, "startingVersion": "0", "failOnDataLoss": "false"})
     )
     assert read_all(lenient) == [0, 1, 2]
+
+
+def appended_table(tmp_path: Path, appends: int) -> str:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)))
+    for i in range(appends):
+        write_deltalake(uri, batch([10 + i]), mode="append")
+    return uri
+
+
+def test_max_bytes_per_trigger_is_a_soft_limit(tmp_path: Path) -> None:
+    uri = appended_table(tmp_path, 3)
+    options = {"path": uri, "startingVersion": "0", "maxBytesPerTrigger": "1b"}
+    reader = StreamReader(SourceOptions.parse(options))
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxBytes(1)
+    offset, batches = reader.initialOffset(), 0
+    while (end := reader.latestOffset(offset, limit)) != offset:
+        files = [f for g in reader.partitions(offset, end) for f in g.files]
+        assert len(files) == 1  # one file always fits, the next never does
+        offset, batches = end, batches + 1
+    assert batches == 4
+
+
+def test_starting_timestamp_starts_at_the_first_version_at_or_after_it(tmp_path: Path) -> None:
+    uri = appended_table(tmp_path, 3)
+    at_2 = ds.read_snapshot(uri, version=2).timestamp_ms
+    iso = datetime.fromtimestamp(at_2 / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    options = {"path": uri, "startingTimestamp": iso}
+    reader = StreamReader(SourceOptions.parse(options))
+    start = reader.initialOffset()
+    assert (start["version"], start["isInitialSnapshot"]) == (2, False)
+    assert read_all(reader) == [11, 12]
+
+
+def test_available_now_reads_only_what_existed_when_prepared(tmp_path: Path) -> None:
+    uri = appended_table(tmp_path, 2)
+    reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0"}))
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    write_deltalake(uri, batch([99]), mode="append")  # version 3: after the query started
+    end = reader.latestOffset(start, ReadMaxFiles(1000))
+    assert end["version"] == 3 and end["index"] == 0
+    assert reader.latestOffset(end, ReadMaxFiles(1000)) == end
