@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +216,26 @@ def test_a_large_file_is_read_in_parts_by_several_tasks(spark: Any, tmp_path: Pa
     assert df.rdd.getNumPartitions() == len(groups)
     ids = df.select("id").toArrow().column("id").to_pylist()
     assert sorted(ids) == list(range(n))
+
+
+def read_ids(options: dict[str, str]) -> list[int]:
+    reader = BatchReader(SourceOptions.parse(options))
+    batches = [b for g in reader.partitions() for b in reader.read(g)]
+    return sorted(i for b in batches for i in b["id"].to_pylist())
+
+
+def test_time_travel_and_change_ranges_by_timestamp(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_history(uri)  # versions 0..4
+    iso = {
+        v: datetime.fromtimestamp(
+            ds.read_snapshot(uri, version=v).timestamp_ms / 1000, tz=UTC
+        ).isoformat(timespec="milliseconds")
+        for v in (1, 3)
+    }
+    assert read_ids({"path": uri, "timestampAsOf": iso[1]}) == list(range(12))
+    assert read_ids({"path": uri, "versionAsOf": "1"}) == list(range(12))
+    cdf = {"path": uri, "readChangeFeed": "true"}
+    by_time = read_ids({**cdf, "startingTimestamp": iso[1], "endingTimestamp": iso[3]})
+    expected = ds.read_changes(uri, start_version=1, end_version=3).read_all()
+    assert by_time == sorted(expected["id"].to_pylist())

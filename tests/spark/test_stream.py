@@ -333,3 +333,16 @@ def test_available_now_reads_only_what_existed_when_prepared(tmp_path: Path) -> 
     end = reader.latestOffset(start, ReadMaxFiles(1000))
     assert end["version"] == 3 and end["index"] == 0
     assert reader.latestOffset(end, ReadMaxFiles(1000)) == end
+
+
+def test_starting_version_latest_reads_only_later_commits(tmp_path: Path) -> None:
+    uri = appended_table(tmp_path, 2)
+    reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "latest"}))
+    assert reader.getDefaultReadLimit() == ReadMaxFiles(1000)  # Delta's default
+    start = reader.initialOffset()
+    assert (start["version"], start["isInitialSnapshot"]) == (3, False)
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    write_deltalake(uri, batch([42]), mode="append")
+    end = reader.latestOffset(start, ReadAllAvailable())
+    batches = [b for g in reader.partitions(start, end) for b in reader.read(g)]
+    assert [i for b in batches for i in b["id"].to_pylist()] == [42]
