@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 _SOURCE_VERSION = 1
 #: Versions whose planned files are kept between calls (the walk revisits the last ones).
 _CACHED_VERSIONS = 64
+#: Snapshot files turned into partitions at a time.
+_SNAPSHOT_CHUNK = 1024
 
 
 @dataclass(frozen=True, order=True)
@@ -140,7 +142,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.source = source
         self._plan = anyio.run(self._load_plan)
         self._versions: dict[int, list[FilePartition]] = {}
-        self._snapshot: tuple[int, list[FilePartition]] | None = None
+        self._snapshot: tuple[int, pa.Table, tuple[Any, ...]] | None = None
         #: Trigger.AvailableNow: the last version the query may read.
         self._cap: int | None = None
 
@@ -270,11 +272,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         no files yields ``None`` to step over it. Stops at the newest commit (or ``last``, or
         the Trigger.AvailableNow cap)."""
         if start.snapshot:
-            files = await self._snapshot_files(store, start.version)
-            for i in range(start.index, len(files)):
-                yield Offset(start.version, i, True), files[i], Offset(start.version, i + 1, True)
-            start = Offset(start.version + 1)
-            yield Offset(start.version - 1, len(files), True), None, start
+            v = start.version
+            files, constants = await self._snapshot_files(store, v)
+            # Rows become partitions a chunk at a time, from the start offset on: the
+            # snapshot stays columnar, however many files it has. An excluded file keeps its
+            # place (index) and yields None.
+            for i in range(start.index, files.num_rows, _SNAPSHOT_CHUNK):
+                chunk = files.slice(i, _SNAPSHOT_CHUNK).to_pylist(maps_as_pydicts="strict")
+                for j, add in enumerate(chunk, start=i):
+                    found = list(self._adds([add], v, constants))
+                    yield Offset(v, j, True), (found[0] if found else None), Offset(v, j + 1, True)
+            start = Offset(v + 1)
+            yield Offset(v, files.num_rows, True), None, start
         caps = [v for v in (last, self._cap) if v is not None]
         cap = min(caps) if caps else None
         if cap is not None and start.version > cap:
@@ -302,25 +311,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise MissingVersionsError(
                     f"{self._plan.uri}/_delta_log", [version], "a gap in the commits"
                 )
-            files = await self._version_files(store, version, commits[version])
-            for i in range(index, len(files)):
-                yield Offset(version, i), files[i], Offset(version, i + 1)
-            yield Offset(version, len(files)), None, Offset(version + 1)
+            planned = await self._version_files(store, version, commits[version])
+            for i in range(index, len(planned)):
+                yield Offset(version, i), planned[i], Offset(version, i + 1)
+            yield Offset(version, len(planned)), None, Offset(version + 1)
             version, index = version + 1, 0
 
-    async def _snapshot_files(self, store: ObjectStore, version: int) -> list[FilePartition]:
+    async def _snapshot_files(
+        self, store: ObjectStore, version: int
+    ) -> tuple[pa.Table, tuple[Any, ...]]:
+        """The snapshot's live files (``add`` columns), sorted by path, and the constants
+        of its rows."""
         if self._snapshot is not None and self._snapshot[0] == version:
-            return self._snapshot[1]
+            return self._snapshot[1], self._snapshot[2]
         snapshot = await load_snapshot(store, version)
-        plan = self._plan
         constants: tuple[Any, ...] = ()
-        if plan.changes is not None:
+        if self._plan.changes is not None:
             constants = ("insert", version, (snapshot.timestamp_ms or 0) * 1000)
         files = snapshot.files.select(["path", "partitionValues", "size", "deletionVector"])
-        adds = files.sort_by("path").to_pylist(maps_as_pydicts="strict")
-        found = list(self._adds(adds, version, constants))
-        self._snapshot = (version, found)
-        return found
+        files = files.sort_by("path")
+        self._snapshot = (version, files, constants)
+        return files, constants
 
     def _adds(
         self, adds: list[dict[str, Any]], version: int, constants: tuple[Any, ...] = ()

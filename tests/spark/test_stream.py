@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 import pytest
 from conftest import S3Bucket
 from deltalake import DeltaTable, write_deltalake
@@ -346,3 +347,18 @@ def test_starting_version_latest_reads_only_later_commits(tmp_path: Path) -> Non
     end = reader.latestOffset(start, ReadAllAvailable())
     batches = [b for g in reader.partitions(start, end) for b in reader.read(g)]
     assert [i for b in batches for i in b["id"].to_pylist()] == [42]
+
+
+def test_exclude_regex_in_the_snapshot_and_later_versions(tmp_path: Path) -> None:
+    uri = appended_table(tmp_path, 2)  # versions 0..2, one file each
+    paths = sorted(ds.read_snapshot(uri).files.column("path").to_pylist())
+    excluded = paths[1]
+    reader = StreamReader(
+        SourceOptions.parse({"path": uri, "readChangeFeed": "true", "excludeRegex": excluded})
+    )
+    dropped = set(pq.read_table(tmp_path / "t" / excluded).column("id").to_pylist())
+    assert set(read_all(reader)) == {0, 1, 2, 10, 11} - dropped
+    write_deltalake(uri, batch([50]), mode="append")
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end["version"] == 4 and not end["isInitialSnapshot"]
