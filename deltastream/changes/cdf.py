@@ -226,8 +226,6 @@ class ChangePlan:
 
     schema: pa.Schema
     tasks: AsyncGenerator[tuple[FileRead, ReadSchema]]
-    #: The range's versions (``None`` for an empty range).
-    versions: tuple[int, int] | None
 
 
 async def plan_changes(
@@ -250,11 +248,11 @@ async def plan_changes(
         state, _ = await load_table_state(store)
         assert state.protocol is not None and state.metadata is not None
         empty = ChangeSchemas.build(state.protocol, state.metadata, columns)
-        return ChangePlan(empty.output_schema, _nothing(), None)
+        return ChangePlan(empty.output_schema, _nothing())
     start, end, _ = bounds
     plan = await _validate(store, start, end, infer_without_cdf=infer_without_cdf)
     schemas = ChangeSchemas.build(plan.protocol, plan.metadata, columns)
-    return ChangePlan(schemas.output_schema, _tasks(store, plan, schemas), (start, end))
+    return ChangePlan(schemas.output_schema, _tasks(store, plan, schemas))
 
 
 async def _nothing() -> AsyncGenerator[tuple[FileRead, ReadSchema]]:

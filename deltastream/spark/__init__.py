@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from deltastream.spark.options import SourceOptions
-from deltastream.spark.partitions import FileGroup, FilePartition, pack, read_group, read_partition
+from deltastream.spark.partitions import FileGroup, FilePartition, pack, read_group
 from deltastream.spark.source import DeltaStreamDataSource, spark_schema
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "SourceOptions",
     "pack",
     "read_group",
-    "read_partition",
     "register",
     "spark_schema",
 ]

@@ -12,7 +12,7 @@ A partition holds the table's location and storage options, the file's read desc
 (:class:`~deltastream.changes.reader.FileRead`: path, partition values, size, version,
 constants, row selection) and how to read it (:class:`~deltastream.changes.reader.ReadSchema`:
 logical schema, column mapping). Everything in it pickles; no store, client or event loop
-crosses to the executors: :func:`read_partition` opens its own store. A deletion vector of
+crosses to the executors: :func:`read_group` opens its own store. A deletion vector of
 a snapshot file travels as its descriptor and is loaded on the executor, in parallel with
 the other files' reads.
 """
@@ -35,7 +35,7 @@ from deltastream.errors import DataFileNotFoundError
 from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.storage import open_store
 
-__all__ = ["FileGroup", "FilePartition", "add_partitions", "pack", "read_group", "read_partition"]
+__all__ = ["FileGroup", "FilePartition", "add_partitions", "pack", "read_group"]
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +138,6 @@ def pack(
         weight += f.size + open_cost
     groups.append(FileGroup(tuple(current)))
     return groups
-
-
-def read_partition(partition: FilePartition) -> Iterator[pa.RecordBatch]:
-    """The record batches of one file, streamed (a couple of batches in memory)."""
-    yield from read_group(FileGroup((partition,)))
 
 
 def read_group(group: FileGroup) -> Iterator[pa.RecordBatch]:

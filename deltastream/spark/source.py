@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from deltastream.changes.cdf import ChangePlan, plan_changes
 from deltastream.changes.reader import ReadSchema
-from deltastream.changes.scan import snapshot_read_schema
+from deltastream.changes.scan import snapshot_read_schema, table_read_schema
 from deltastream.changes.versions import ChangeSchemas
 from deltastream.errors import InvalidArgumentError
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
@@ -70,17 +70,20 @@ class DeltaStreamDataSource(DataSource):
 
 async def _arrow_schema(source: SourceOptions) -> pa.Schema:
     """The rows' schema: the table's at the version read (with the change data feed: at the
-    range's end, or the latest; the range itself is checked when planning)."""
+    range's end, or the latest; the range itself is checked when planning). Only protocol
+    and metadata are replayed: the live files are not needed for it."""
+    if source.read_change_feed:
+        version, timestamp_ms = source.ending_version, source.ending_timestamp_ms
+    else:
+        version, timestamp_ms = source.version_as_of, source.timestamp_as_of_ms
     async with open_store(source.path, source.storage_options) as store:
+        if version is None and timestamp_ms is not None:
+            version = await resolve_version_at(store, timestamp_ms)
+        state, _ = await load_table_state(store, version)
+        assert state.protocol is not None and state.metadata is not None
         if source.read_change_feed:
-            end = source.ending_version
-            if end is None and source.ending_timestamp_ms is not None:
-                end = await resolve_version_at(store, source.ending_timestamp_ms)
-            state, _ = await load_table_state(store, end)
-            assert state.protocol is not None and state.metadata is not None
             return ChangeSchemas.build(state.protocol, state.metadata).output_schema
-        snapshot = await _load(store, source)
-        return snapshot_read_schema(snapshot).output_schema
+        return table_read_schema(state.protocol, state.metadata).output_schema
 
 
 async def _load(store: ObjectStore, source: SourceOptions) -> Snapshot:

@@ -220,11 +220,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     async def _initial_offset(self) -> Offset:
         source = self.source
-        latest = await self._latest_version()
         if isinstance(source.starting_version, int):
             return Offset(source.starting_version)
         if source.starting_version == "latest":
-            return Offset(latest + 1)
+            return Offset(await self._latest_version() + 1)
         if source.starting_timestamp_ms is not None:
             async with self._store() as store:
                 version = await resolve_version_at(
@@ -234,7 +233,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     allow_after_latest=True,
                 )
             return Offset(version)
-        return Offset(latest, 0, snapshot=True)
+        return Offset(await self._latest_version(), 0, snapshot=True)
 
     async def _advance(self, start: Offset, budget: _Budget) -> Offset:
         """The offset after as many files from ``start`` as ``budget`` admits."""

@@ -18,7 +18,6 @@ Run: ``python tests/benchmarks/bench_idle.py`` (60 s per measurement).
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import resource
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 
 import anyio
 import pyarrow as pa
+from benchlib import until
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: conftest
@@ -48,14 +48,6 @@ def kind(method: str, path: str) -> str:
 
 def per_minute(counts: Counter[str], seconds: float) -> dict[str, float]:
     return {k: round(v * 60 / seconds, 1) for k, v in sorted(counts.items())}
-
-
-async def until(condition: Callable[[], bool], within: float = 60) -> None:
-    with anyio.fail_after(within):
-        for _ in itertools.count():
-            if condition():
-                return
-            await anyio.sleep(0.01)
 
 
 async def idle_tailer(

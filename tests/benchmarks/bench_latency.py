@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import logging
 import os
 import random
@@ -37,13 +36,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pyarrow as pa
+from benchlib import until
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: conftest's S3 helpers
@@ -161,14 +160,6 @@ async def run_scenario(setup: Setup, commits: int, interval: float) -> dict[str,
             stop.set()
         reference.join()
     return {"deltastream": latencies(committed, ours), "delta-rs": latencies(committed, theirs)}
-
-
-async def until(condition: Callable[[], bool], within: float = 60) -> None:
-    with anyio.fail_after(within):
-        for _ in itertools.count():
-            if condition():
-                return
-            await anyio.sleep(0.01)
 
 
 def latencies(committed: dict[int, float], recorder: Recorder) -> list[float]:

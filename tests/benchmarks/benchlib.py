@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -438,3 +439,14 @@ def exit_status(agree: bool, strict: bool, *targets_pass: bool) -> int:
     if strict and not all(targets_pass):
         return 1
     return 0
+
+
+async def until(condition: Callable[[], bool], within: float = 60) -> None:
+    """Wait (in an anyio task) until ``condition()`` holds, checking every 10 ms."""
+    import anyio
+
+    with anyio.fail_after(within):
+        for _ in itertools.count():
+            if condition():
+                return
+            await anyio.sleep(0.01)
