@@ -11,7 +11,8 @@ from deltastream.changes.api import read_changes, read_rows, table_changes, tabl
 from deltastream.changes.stream import BatchStream
 from deltastream.daemon.api import tail
 from deltastream.daemon.config import load_config
-from deltastream.daemon.delivery import Delivery, Position, Sink
+from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
+from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import (
     CallbackSink,
@@ -54,6 +55,8 @@ from deltastream.errors import (
     PreconditionFailedError,
     SchemaChangeError,
     SinkError,
+    SinkInUseError,
+    SinkRecoveryError,
     StateConflictError,
     StorageError,
     TableNotFoundError,
@@ -140,11 +143,14 @@ __all__ = [
     "ServiceConfig",
     "Sink",
     "SinkError",
+    "SinkInUseError",
+    "SinkRecoveryError",
     "Snapshot",
     "StartFrom",
     "StateConflictError",
     "StorageError",
     "StreamConfig",
+    "StreamRef",
     "Table",
     "TableNotFoundError",
     "TailConfig",
@@ -162,6 +168,7 @@ __all__ = [
     "read_changes",
     "read_rows",
     "read_snapshot",
+    "reset_stream",
     "table_changes",
     "table_rows",
     "tail",

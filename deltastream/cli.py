@@ -25,7 +25,9 @@ from deltastream.daemon.api import default_stream_name
 from deltastream.daemon.config import load_config
 from deltastream.daemon.logs import LOG_FORMATS, configure_logging
 from deltastream.daemon.progress import TerminalProgress
+from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, ServiceConfig, single_stream
+from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.tailer import (
     Mode,
     OnMissingFile,
@@ -252,7 +254,30 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve /healthz and /metrics there (e.g. 127.0.0.1:9464; default: off)",
     )
+    tail.add_argument(
+        "--reset",
+        action="store_true",
+        help="start the stream over: first discard its sink output and its state (see reset)",
+    )
     _add_daemon_args(tail)
+
+    reset = sub.add_parser(
+        "reset",
+        help="start a stream over: discard what it wrote to its sink, then its state",
+        description="Discards what the stream wrote to its sink (a jsonl file, its parquet "
+        "files; nothing for http, exec and jsonl:-) and then its state (position and saved "
+        "snapshots), so that its next run starts afresh. Refuses while the stream runs.",
+    )
+    reset.add_argument("--state", required=True, help="the stream's state directory")
+    reset.add_argument("--sink", required=True, help="the stream's sink, as given to tail")
+    reset.add_argument("--name", required=True, help="the stream's name")
+    reset.add_argument(
+        "--state-storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="S3 setting for the state directory",
+    )
 
     serve = sub.add_parser("serve", help="follow the tables of a TOML configuration file")
     serve.add_argument("--config", required=True, metavar="FILE.toml", help="the configuration")
@@ -365,6 +390,14 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 storage_options=_storage_options(args.storage_option),
             )
             _write(reader, args.output, out)
+        elif args.command == "reset":
+            sink = parse_sink(args.sink, table=args.name)
+            removed = anyio.run(
+                lambda: reset_stream(
+                    args.name, sink, args.state, _storage_options(args.state_storage_option)
+                )
+            )
+            out.write(json.dumps({"stream": args.name, "removed": removed}) + "\n")
         elif args.command in ("tail", "serve", "demo"):
             return _run_daemon(args, out)
     except DeltaStreamError as e:
@@ -438,6 +471,11 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     config = _tail_config(args) if args.command == "tail" else _serve_config(args)
     configure_logging(config.log_format, "debug" if args.verbose else config.log_level)
+    if args.command == "tail" and args.reset:
+        (stream,) = config.streams
+        tail = stream.tail
+        sink = parse_sink(stream.sink, table=tail.name)
+        anyio.run(lambda: reset_stream(tail.name, sink, tail.state, tail.resolved_state_options))
     show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     service = Service(config, progress=TerminalProgress(sys.stderr) if show else None)
 

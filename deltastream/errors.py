@@ -30,7 +30,9 @@ file (or URI) and the problem, so a one-line CLI report is enough to start debug
     │   ├── ChangeDataNotEnabledError versions changed rows while the feed was off
     │   └── SchemaChangeError         the range crosses a schema change it cannot read safely
     └── SinkError                     a sink cannot deliver rows (retrying would not help)
-        └── HttpStatusError           an HTTP sink's endpoint rejected a delivery
+        ├── HttpStatusError           an HTTP sink's endpoint rejected a delivery
+        ├── SinkRecoveryError         the sink's output does not match the stream's state
+        └── SinkInUseError            another stream owns the sink's output
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ __all__ = [
     "PreconditionFailedError",
     "SchemaChangeError",
     "SinkError",
+    "SinkInUseError",
+    "SinkRecoveryError",
     "StateConflictError",
     "StorageError",
     "TableNotFoundError",
@@ -326,3 +330,14 @@ class HttpStatusError(SinkError):
         self.url = url
         self.status = status
         self.body = body
+
+
+class SinkRecoveryError(SinkError):
+    """Resuming would touch output the stream cannot prove it wrote after its committed
+    position: the output is shorter than committed, is not the output the state describes,
+    or exists while the state has no position (or is older than the output). Nothing was
+    changed; ``sink`` names the output, and the message the state and how to start over."""
+
+
+class SinkInUseError(SinkError):
+    """Another stream (in this process or another one) is writing to the same output."""

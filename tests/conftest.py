@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -35,6 +36,18 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"conformance corpora not found at {CORPORA}: tests need ../shared/corpora"
         )
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Tests that run the CLI in-process configure the ``deltastream`` logger (a handler on
+    the captured stderr, no propagation); undo that so later tests' ``caplog`` sees logs."""
+    logger = logging.getLogger("deltastream")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
 
 
 @pytest.fixture

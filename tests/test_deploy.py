@@ -572,6 +572,7 @@ def test_compose_stack_runs_against_an_s3_server(s3_server: S3Server, tmp_path: 
         delivered(4)
         health = json.loads(_get(f"http://127.0.0.1:{port}/healthz"))
         assert health["status"] == "ok", health
+        assert json.loads(_get(f"http://127.0.0.1:{port}/livez")) == {"status": "alive"}
     finally:
         daemon.send_signal(signal.SIGTERM)
         _, stderr = daemon.communicate(timeout=30)
@@ -651,15 +652,19 @@ def test_k8s_ports_probes_and_service_agree() -> None:
     _, port = parse_address(parse_config(configmap_toml()).http_address or "")
     spec = container()
     assert {p.get("name"): p["containerPort"] for p in spec["ports"]} == {"metrics": port}
-    for probe in ("livenessProbe", "readinessProbe"):
+    # Liveness (and start-up, which gates it) on /livez: a table or sink that is down makes
+    # /healthz 503, and must not get the pod restarted in a loop. Readiness on /healthz.
+    paths = {"livenessProbe": "/livez", "readinessProbe": "/healthz", "startupProbe": "/livez"}
+    for probe, path in paths.items():
+        if probe == "startupProbe" and probe not in spec:
+            continue
         check = spec[probe]["httpGet"]
-        assert check["path"] == "/healthz"
+        assert check["path"] == path, probe
         assert container_port(spec, check["port"]) == port
-    if "startupProbe" in spec:
-        assert spec["startupProbe"]["httpGet"]["path"] == "/healthz"
-        assert container_port(spec, spec["startupProbe"]["httpGet"]["port"]) == port
     svc = k8s("Service")
     assert svc["spec"].get("type", "ClusterIP") == "ClusterIP"
+    # An unready (degraded) pod still gets scraped through the Service.
+    assert svc["spec"]["publishNotReadyAddresses"] is True
     (service_port,) = svc["spec"]["ports"]
     assert container_port(spec, service_port["targetPort"]) == port
     labels = k8s("Deployment")["spec"]["template"]["metadata"]["labels"]
@@ -758,5 +763,6 @@ def test_readme_mentions_every_file_in_deploy() -> None:
     assert len(files) >= 8
     missing = [f for f in files if f not in readme]
     assert not missing, f"deploy/README.md does not mention {missing}"
-    for fact in ("9464", "/healthz", "/metrics", "0.0.0.0", "Recreate", "tests/test_deploy.py"):
+    facts = ("9464", "/healthz", "/livez", "/metrics", "0.0.0.0", "Recreate")
+    for fact in (*facts, "degraded_after_seconds", "max_restarts", "tests/test_deploy.py"):
         assert fact in readme

@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from deltastream.daemon.delivery import Delivery, Sink
+from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, single_stream
-from deltastream.daemon.sinks import CallbackSink
+from deltastream.daemon.sinks import CallbackSink, parse_sink
 from deltastream.daemon.tailer import (
     Mode,
     OnMissingFile,
@@ -62,10 +63,12 @@ async def tail(
     infer_without_cdf: bool = False,
     max_rows_per_delivery: int = 100_000,
     http_address: str | None = None,
+    reset: bool = False,
 ) -> None:
     """Follow the table at ``uri`` into ``sink``: a :class:`Sink`, a spec string
     (``jsonl:PATH``, ``parquet:DIR``, ``http://…``, ``exec:COMMAND``) or a function called
-    with each :class:`Delivery` (sync or async; at-least-once)."""
+    with each :class:`Delivery` (sync or async; at-least-once). ``reset=True`` first
+    discards what the stream wrote to the sink and its state, starting it over."""
     config = TailConfig(
         name=name or default_stream_name(uri),
         uri=uri,
@@ -95,6 +98,9 @@ async def tail(
         callback = CallbackSink(sink)
         sinks[config.name] = callback
         spec = callback.description
+    if reset:
+        target = sinks.get(config.name) or parse_sink(spec, table=config.name)
+        await reset_stream(config.name, target, config.state, config.resolved_state_options)
     service = Service(single_stream(config, spec, http_address=http_address), sinks=sinks)
     await service.run()
     for error in service.failures.values():

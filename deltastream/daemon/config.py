@@ -3,11 +3,14 @@
 ::
 
     [server]
-    http = "127.0.0.1:9464"      # /healthz and /metrics; "" turns the server off
+    http = "127.0.0.1:9464"      # /healthz, /livez and /metrics; "" turns the server off
     log_format = "text"          # or "json"
     log_level = "info"
     shutdown_grace = 8           # seconds streams get to stop on SIGTERM/SIGINT
     work_dir = "/var/tmp/deltastream"   # batch files of exec sinks
+    degraded_after_seconds = 60  # /healthz 503 once a stream retried this long in vain
+    max_restarts = 3             # ... or restarted more often than this
+    restart_window_seconds = 600 # ... within this many seconds
 
     [defaults]                   # any table key; applies to every table that does not set it
     state_dir = "/var/lib/deltastream"  # a table's state defaults to <state_dir>/<name>
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from deltastream.daemon.service import ServiceConfig, StreamConfig
+from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.tailer import (
     Mode,
     OnMissingFile,
@@ -44,7 +48,16 @@ from deltastream.errors import InvalidArgumentError
 
 __all__ = ["SERVER_KEYS", "TABLE_KEYS", "load_config", "parse_config"]
 
-SERVER_KEYS = ("http", "log_format", "log_level", "shutdown_grace", "work_dir")
+SERVER_KEYS = (
+    "http",
+    "log_format",
+    "log_level",
+    "shutdown_grace",
+    "work_dir",
+    "degraded_after_seconds",
+    "max_restarts",
+    "restart_window_seconds",
+)
 #: Keys of a ``[[tables]]`` entry (and of ``[defaults]``, plus ``state_dir``).
 TABLE_KEYS = (
     "name",
@@ -100,6 +113,7 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
         _only(entry, TABLE_KEYS, where)
         merged = {**defaults, **entry}
         streams.append(_stream(merged, where))
+    _check_sink_outputs(streams, source)
     http = server.get("http", "127.0.0.1:9464")
     try:
         return ServiceConfig(
@@ -109,6 +123,10 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
             work_dir=server.get("work_dir"),
             log_format=_str(server.get("log_format", "text"), "log_format", source),
             log_level=_str(server.get("log_level", "info"), "log_level", source),
+            # Negative and NaN values are refused by ServiceConfig, naming the key.
+            degraded_after_seconds=_seconds(server, "degraded_after_seconds", 60.0),
+            max_restarts=_count(server, "max_restarts", 3),
+            restart_window_seconds=_seconds(server, "restart_window_seconds", 600.0),
         )
     except (TypeError, ValueError) as e:
         if isinstance(e, InvalidArgumentError):
@@ -168,6 +186,25 @@ def _stream(entry: Mapping[str, Any], where: str) -> StreamConfig:
     return StreamConfig(tail, _str(entry["sink"], "sink", where))
 
 
+def _check_sink_outputs(streams: list[StreamConfig], source: str) -> None:
+    """Every sink spec names a sink, and no two streams write to one output."""
+    owners: dict[str, str] = {}
+    for stream in streams:
+        name = stream.tail.name
+        try:
+            claim = parse_sink(stream.sink, table=name).output_claim(name)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"{source} [[tables]] ({name}): {e}") from e
+        if claim is None:
+            continue
+        if claim in owners:
+            raise InvalidArgumentError(
+                f"{source}: streams {owners[claim]!r} and {name!r} write to the same output "
+                f"({claim}); each stream needs its own sink output"
+            )
+        owners[claim] = name
+
+
 def _only(value: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     unknown = sorted(set(value) - set(allowed))
     if unknown:
@@ -186,6 +223,21 @@ def _table(document: Mapping[str, Any], key: str, source: str) -> Mapping[str, A
 def _str(value: object, key: str, where: str) -> str:
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{where}: {key!r} must be a string, not {value!r}")
+    return value
+
+
+def _seconds(server: Mapping[str, Any], key: str, default: float) -> float:
+    value = server.get(key, default)
+    # bool is an int to Python, but ``true`` is no number of seconds (nor of restarts).
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{key!r} must be a number of seconds, not {value!r}")
+    return float(value)
+
+
+def _count(server: Mapping[str, Any], key: str, default: int) -> int:
+    value = server.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{key!r} must be a whole number, not {value!r}")
     return value
 
 

@@ -17,8 +17,9 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from deltastream.storage.base import AsyncClosable
+from deltastream.storage.retry import RetryListener
 
-__all__ = ["Delivery", "Guarantee", "Position", "Sink"]
+__all__ = ["Delivery", "Guarantee", "Position", "Sink", "StreamRef"]
 
 Guarantee = Literal["exactly-once", "at-least-once"]
 
@@ -96,29 +97,59 @@ class Delivery:
         return f"{self.table_id}:{self.start.token}-{self.end.token}"
 
 
+@dataclass(frozen=True)
+class StreamRef:
+    """The stream a sink serves, as the tailer tells it in :meth:`Sink.recover`."""
+
+    name: str
+    """The stream's name (it names the sink's files)."""
+    state_uri: str
+    """Where the stream's state lives (named in messages)."""
+
+
 class Sink(AsyncClosable, ABC):
     """Where a stream's rows go.
 
-    The tailer calls :meth:`recover` once, then :meth:`deliver` for consecutive deliveries;
-    after ``deliver`` returns it commits ``delivery.end`` together with the state the sink
+    The tailer calls :meth:`recover` once, then :meth:`deliver` for consecutive deliveries,
+    each starting where the previous one ended (the first at the committed position); after
+    ``deliver`` returns it commits ``delivery.end`` together with the state the sink
     returned, atomically. A crash may come anywhere, so a sink that promises exactly-once
-    must be able to undo in :meth:`recover` whatever it wrote after the committed position.
+    must be able to undo in :meth:`recover` whatever it wrote after the committed position,
+    and only that: output it cannot prove was written after the committed position is never
+    removed (:class:`~deltastream.errors.SinkRecoveryError` instead).
     """
 
     #: What the sink promises across crashes.
     guarantee: Guarantee = "at-least-once"
+    #: Told of every retry a sink that retries makes inside :meth:`deliver` (set by the
+    #: tailer); ``None``: such a sink logs each retry at WARNING itself.
+    retry_listener: RetryListener | None = None
 
     @property
     @abstractmethod
     def description(self) -> str:
         """How the sink was specified, for logs (``jsonl:/data/out.jsonl``)."""
 
+    def output_claim(self, stream: str) -> str | None:
+        """What the sink writes to exclusively when serving ``stream`` (a canonical path),
+        so that two streams of one configuration cannot share it; ``None``: nothing."""
+        return None
+
     @abstractmethod
-    async def recover(self, committed: Position | None, state: Mapping[str, Any]) -> None:
-        """Prepare for deliveries after ``committed`` (``None``: nothing was ever
-        committed), given the sink state committed with it."""
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> None:
+        """Prepare to serve ``stream`` with deliveries after ``committed`` (``None``: the
+        stream is new), given the sink state committed with it; take ownership of the
+        output (:class:`~deltastream.errors.SinkInUseError` if another stream has it)."""
 
     @abstractmethod
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
         """Deliver the rows and return once the destination has acknowledged them, with the
         sink state to commit alongside ``delivery.end`` (JSON-serialisable)."""
+
+    async def reset(self, stream: StreamRef) -> list[str]:
+        """Discard everything ``stream`` wrote to the sink (to start the stream over, on
+        the user's explicit request); what was removed, for the user. Sinks whose output
+        cannot be taken back remove nothing."""
+        return []

@@ -1,5 +1,11 @@
-"""The daemon's HTTP endpoints: ``/healthz`` (JSON; 200 when healthy, 503 when a stream is
-stuck or the service is stopping) and ``/metrics`` (Prometheus text format).
+"""The daemon's HTTP endpoints:
+
+* ``/healthz``, readiness (JSON, :meth:`~deltastream.daemon.service.Service.health`): 200
+  when every stream does its job; 503 when a stream is degraded (failed for good, retrying
+  for too long, restarting too often), stuck, or the service is stopping;
+* ``/livez``, liveness: 200 ``{"status": "alive"}`` whenever the process answers at all (a
+  down sink or table is no reason to restart the process);
+* ``/metrics``, Prometheus text format.
 
 Bound to 127.0.0.1 by default: the endpoints reveal table locations, so exposing them on
 other interfaces is an explicit choice (``--http 0.0.0.0:9464``).
@@ -51,12 +57,17 @@ async def serve_http(
             content_type="application/json",
         )
 
+    async def livez(request: web.Request) -> web.Response:
+        # Answering is the whole check: the event loop runs and the server serves.
+        return web.Response(text=json.dumps({"status": "alive"}), content_type="application/json")
+
     async def metrics(request: web.Request) -> web.Response:
         body = render_prometheus(service.metrics.values())
         return web.Response(body=body.encode(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/livez", livez)
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

@@ -6,6 +6,15 @@ vacuumed file, a misconfiguration, another tailer on its state) is marked ``fail
 left stopped; any other error (storage or network trouble, a sink that is down) restarts it
 after a backoff that doubles up to a minute. Either way the other streams go on.
 
+Health (:meth:`Service.health`, served as ``/healthz``) is readiness: whether every stream
+is doing its job. A stream is *degraded* when it failed for good, when it has been retrying
+(its sink's retries inside a delivery, its stores' retries, or restarts) for longer than
+``degraded_after_seconds`` with no successful poll or delivery since, or when it restarted
+more than ``max_restarts`` times within ``restart_window_seconds``; *stuck* when it follows
+but has made no progress (and no retry explains it) for max(120 s, 10 poll intervals).
+Either makes the service unhealthy, as does stopping. Liveness (``/livez``) is only whether
+the process still serves HTTP: a down sink must not get the process restarted in a loop.
+
 :meth:`Service.stop` (wired to SIGTERM and SIGINT by the CLI) asks every stream to stop at
 its next delivery boundary; streams still busy after the grace period are cancelled, which
 abandons their in-flight delivery (its rows were not committed, so a restart repeats them).
@@ -14,7 +23,9 @@ abandons their in-flight delivery (its rows were not committed, so a restart rep
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +47,8 @@ from deltastream.errors import (
     InvalidArgumentError,
     InvalidTableStateError,
     MissingVersionsError,
+    SinkInUseError,
+    SinkRecoveryError,
     StateConflictError,
     TableNotFoundError,
     UnsupportedFeatureError,
@@ -60,6 +73,8 @@ PERMANENT_ERRORS: tuple[type[DeltaStreamError], ...] = (
     ChangeDataError,
     StateConflictError,
     HttpStatusError,
+    SinkRecoveryError,
+    SinkInUseError,
 )
 
 _MAX_BACKOFF = 60.0
@@ -86,8 +101,28 @@ class ServiceConfig:
     work_dir: str | None = None
     log_format: str = "text"
     log_level: str = "info"
+    #: A stream retrying (deliveries, storage requests, restarts) for longer than this many
+    #: seconds without a successful poll or delivery makes ``/healthz`` answer 503.
+    degraded_after_seconds: float = 60.0
+    #: More than this many restarts of one stream within ``restart_window_seconds`` do too.
+    max_restarts: int = 3
+    restart_window_seconds: float = 600.0
 
     def __post_init__(self) -> None:
+        for key in ("degraded_after_seconds", "max_restarts", "restart_window_seconds"):
+            value = getattr(self, key)
+            # bool is an int, but ``true`` is no count of anything.
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or math.isnan(value)
+                or value < 0
+            ):
+                raise InvalidArgumentError(f"{key} must be a number >= 0, not {value!r}")
+        if not isinstance(self.max_restarts, int):
+            raise InvalidArgumentError(
+                f"max_restarts must be a whole number, not {self.max_restarts!r}"
+            )
         names = [s.tail.name for s in self.streams]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -122,6 +157,8 @@ class Service:
         self.address: tuple[str, int] | None = None  # where the HTTP server listens
         #: Errors of the streams that failed for good, by name.
         self.failures: dict[str, DeltaStreamError] = {}
+        #: Monotonic times of each stream's restarts within ``restart_window_seconds``.
+        self.restart_times: dict[str, deque[float]] = {s.tail.name: deque() for s in config.streams}
 
     @property
     def stopping(self) -> bool:
@@ -191,7 +228,7 @@ class Service:
                 return
             except PERMANENT_ERRORS as e:
                 metrics.status = "failed"
-                metrics.last_error = str(e)
+                metrics.record_error(str(e))
                 metrics.errors += 1
                 self.failures[name] = e
                 log.error("%s: stream stopped: %s", name, e)
@@ -200,7 +237,10 @@ class Service:
                 metrics.errors += 1
                 metrics.restarts += 1
                 metrics.status = "retrying"
-                metrics.last_error = f"{type(e).__name__}: {e}"
+                metrics.record_error(f"{type(e).__name__}: {e}")
+                # A restart is a retry too: a stream that only ever restarts is retrying.
+                metrics.record_retrying()
+                self._record_restart(name)
                 if time.monotonic() - started > _HEALTHY_RUN:
                     backoff = 1.0
                 log.warning(
@@ -215,23 +255,62 @@ class Service:
                 backoff = min(backoff * 2, _MAX_BACKOFF)
         metrics.status = "stopped"
 
+    def _record_restart(self, name: str) -> None:
+        times = self.restart_times[name]
+        times.append(time.monotonic())
+        self._forget_old_restarts(times, times[-1])
+
+    def _forget_old_restarts(self, times: deque[float], now: float) -> None:
+        while times and now - times[0] > self.config.restart_window_seconds:
+            times.popleft()
+
+    def _degraded_reason(self, name: str, now: float) -> str | None:
+        """Why stream ``name`` is degraded (see the module docstring), or ``None``."""
+        cfg = self.config
+        m = self.metrics[name]
+        if m.status == "failed":
+            return "failed for good"
+        since = m.retrying_since
+        if since is not None and now - since > cfg.degraded_after_seconds:
+            return f"retrying for {now - since:.0f}s without success"
+        times = self.restart_times[name]
+        self._forget_old_restarts(times, now)
+        if len(times) > cfg.max_restarts:
+            return f"restarted {len(times)} times in the last {cfg.restart_window_seconds:g}s"
+        return None
+
     def health(self) -> tuple[bool, dict[str, object]]:
-        """Whether the service is healthy, and a JSON summary of every stream."""
+        """Whether the service is healthy (ready), and a JSON summary: the overall status
+        (``ok``, ``degraded``, ``stuck`` or ``stopping``), the stuck streams, the degraded
+        ones with why and their last error, and every stream's metrics."""
         now = time.monotonic()
         stuck: list[str] = []
+        degraded: list[dict[str, object]] = []
         for s in self.config.streams:
-            m = self.metrics[s.tail.name]
+            name = s.tail.name
+            m = self.metrics[name]
+            reason = self._degraded_reason(name, now)
+            if reason is not None:
+                degraded.append({"table": name, "reason": reason, "last_error": m.last_error})
+                continue
+            # Retries explain a stream's silence; only an unexplained one is "stuck".
             limit = max(120.0, 10 * s.tail.poll_interval)
             last = m.last_activity_monotonic
-            if m.status == "following" and last is not None and now - last > limit:
-                stuck.append(s.tail.name)
-        healthy = not self.stopping and not stuck
-        status = "stopping" if self.stopping else ("stuck" if stuck else "ok")
-        if healthy and any(m.status == "failed" for m in self.metrics.values()):
+            quiet = last is not None and now - last > limit
+            if m.status == "following" and quiet and m.retrying_since is None:
+                stuck.append(name)
+        if self.stopping:
+            status = "stopping"
+        elif stuck:
+            status = "stuck"
+        elif degraded:
             status = "degraded"
-        return healthy, {
+        else:
+            status = "ok"
+        return status == "ok", {
             "status": status,
             "stuck": stuck,
+            "degraded": degraded,
             "tables": [m.to_json() for m in self.metrics.values()],
         }
 

@@ -6,7 +6,7 @@ A sink is named by a spec string (:func:`parse_sink`):
 spec                   guarantee      what it does per delivery
 =====================  =============  ====================================================
 ``jsonl:PATH``         exactly-once   appends one JSON object per row, flushes and fsyncs;
-                                      the file size is committed with the position
+                                      the file's size is committed with the position
 ``jsonl:-``            at-least-once  the same on standard output (which cannot be undone)
 ``parquet:DIR``        exactly-once   writes one parquet file per delivery, atomically
 ``http://URL``         at-least-once  POSTs one JSON document (``https://`` too)
@@ -16,35 +16,48 @@ spec                   guarantee      what it does per delivery
 
 How exactly-once works. The tailer commits a delivery's end position together with the state
 ``deliver`` returned, atomically, only after ``deliver`` returned. A crash can come at any
-instant, so the destination may hold rows past the committed position (a whole delivery that
-was never committed, or the torn tail of one). :meth:`Sink.recover` removes them before the
-stream resumes at the committed position:
+instant, so the destination may hold rows past the committed position: the one delivery in
+flight, whole or torn (deliveries are sequential, each starting at the committed position).
+:meth:`Sink.recover` removes exactly that, and nothing it cannot prove is that:
 
-* ``jsonl:PATH`` commits ``{"bytes": size}`` and ``recover`` truncates the file to it. The file
-  belongs to the stream: with nothing committed it is truncated to empty. A file *shorter*
-  than the committed size was changed behind the stream's back, and ``recover`` refuses it.
+* Each file sink owns its output through a hidden marker beside it
+  (:mod:`~deltastream.daemon.sink_marker`): locked while a stream writes (a second stream
+  gets :class:`~deltastream.errors.SinkInUseError`), and recording durably, before a
+  delivery's first row is written, where that delivery starts.
+* ``jsonl:PATH`` commits ``{"bytes": size, "tail": digest}`` (the size, and a fingerprint of
+  the 4 KiB before it). ``recover`` checks that the file is the one committed (not shorter,
+  same fingerprint), and truncates it to the committed size only if the marker shows that the
+  bytes past it are the delivery that started at the committed position and size.
 * ``parquet:DIR`` names each file by the stream's name, its version range and its start
   position (``{table}-{from:020d}-{to:020d}-{start token}.parquet``; the name sorts in stream
   order) and writes it to a hidden temporary file that is fsynced and renamed into place.
-  ``recover`` deletes this stream's files that start at or after the committed position and
-  its leftover temporary files; files of other streams in the same directory are left alone.
-  The state is ``{"table": name}``; when nothing was committed yet and the sink was not told
-  the stream's name, that clean-up happens at the first delivery, before anything is written.
-  Readers should ignore names starting with ``.`` (pyarrow, Spark and most tools do).
+  ``recover`` deletes this stream's leftover temporary files, and its one file starting at
+  the committed position if the marker shows that delivery was in flight; files of other
+  streams in the same directory are left alone. The state is ``{"table": name}``. Readers
+  should ignore names starting with ``.`` (pyarrow, Spark and most tools do).
+* Anything else (output when the state has no position, output past the committed position
+  that no in-flight delivery explains, a file shorter or other than the one committed) raises
+  :class:`~deltastream.errors.SinkRecoveryError` and touches nothing: the state may have been
+  lost or restored from an older copy. :meth:`Sink.reset` (``deltastream reset``) discards a
+  stream's output when the user decides to start over.
 
-At-least-once sinks may see rows again after a crash, possibly grouped differently (a repeated
-delivery starts at the committed position but may end elsewhere). Every HTTP request carries
-``Idempotency-Key`` (the same for the same rows), and its ``start``/``end`` positions let a
-receiver drop what it already has: it has every row before the last ``end`` it acknowledged.
-The exec sink passes the same key as ``DELTASTREAM_IDEMPOTENCY_KEY``.
+At-least-once sinks may see rows again after a crash. The tailer makes the repeat identical:
+it commits where a round of deliveries ends before the round's first delivery, and a restart
+ends its first round there, so the repeated rows come in the same deliveries with the same
+``Idempotency-Key`` (``table_id:start-end``). A receiver that drops keys it has acknowledged
+gets every row exactly once; the ``start``/``end`` positions in each request say the same.
+The exec sink passes the key as ``DELTASTREAM_IDEMPOTENCY_KEY``.
 
 Deliveries with no rows (a version that changed no data still advances the position) write
 nothing, POST nothing and run nothing; :class:`CallbackSink` still calls its function.
 
 The HTTP and exec sinks retry transient failures (connection errors, timeouts, HTTP 5xx, 408,
-409 and 429; a non-zero exit) with exponential backoff and full jitter, by default forever,
-logging each failure at WARNING: a daemon should ride out an outage of its destination. A
-failure retrying cannot fix (HTTP 4xx, a redirect) raises :class:`SinkError`.
+409 and 429; a non-zero exit) with exponential backoff and full jitter
+(:func:`~deltastream.storage.retry.backoff_delay`), by default forever: a daemon should ride
+out an outage of its destination. Each retry goes to the sink's ``retry_listener`` (the
+tailer's, which counts it and logs it with the stream's name) or, without one, is logged at
+WARNING by the sink. A failure retrying cannot fix (HTTP 4xx, a redirect) raises
+:class:`SinkError`.
 """
 
 from __future__ import annotations
@@ -52,11 +65,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import email.utils
+import hashlib
 import inspect
 import json
 import logging
 import os
-import random
 import re
 import shutil
 import signal
@@ -74,9 +87,18 @@ import anyio.abc
 import anyio.to_thread
 import pyarrow.parquet as pq
 
-from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink
-from deltastream.errors import HttpStatusError, InvalidArgumentError, SinkError, StorageError
+from deltastream.daemon.crashpoints import crash_point
+from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
+from deltastream.daemon.sink_marker import OutputMarker, fsync_dir
+from deltastream.errors import (
+    HttpStatusError,
+    InvalidArgumentError,
+    SinkError,
+    SinkRecoveryError,
+    StorageError,
+)
 from deltastream.output import batch_to_json_lines
+from deltastream.storage.retry import RetryEvent, backoff_delay
 
 if TYPE_CHECKING:
     import aiohttp
@@ -113,21 +135,6 @@ def _check_retry_options(max_attempts: int | None, base_delay: float, max_delay:
         )
 
 
-def _backoff(attempt: int, base_delay: float, max_delay: float) -> float:
-    """Full jitter: a uniform delay up to ``base * 2**(attempt - 1)``, capped."""
-    exponent = min(max(attempt - 1, 0), 62)  # keeps the float finite when retrying forever
-    return random.uniform(0, min(max_delay, base_delay * 2.0**exponent))
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make renames, creations and deletions in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -144,7 +151,8 @@ def _unlink_quietly(path: str | Path) -> None:
 def _write_parquet_atomically(delivery: Delivery, target: Path, *, durable: bool) -> None:
     """Write the delivery's rows to ``target`` through a hidden temporary file beside it
     (``.{name}.XXXXXXXX.tmp``), renamed into place once complete (and, if ``durable``,
-    fsynced first, with the directory fsynced after)."""
+    fsynced first, with the directory fsynced after: then it passes the crash points
+    ``sink.after-write`` and ``sink.after-fsync``)."""
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
@@ -155,6 +163,7 @@ def _write_parquet_atomically(delivery: Delivery, target: Path, *, durable: bool
                 if batch.num_rows:
                     writer.write_batch(batch)
         if durable:
+            crash_point("sink.after-write")
             _fsync_file(tmp)
         os.replace(tmp, target)
     except BaseException:
@@ -162,11 +171,12 @@ def _write_parquet_atomically(delivery: Delivery, target: Path, *, durable: bool
         raise
     if durable:
         try:
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except BaseException:
             # Not known to be durable, so not delivered: leave nothing a retry could duplicate.
             _unlink_quietly(target)
             raise
+        crash_point("sink.after-fsync")
 
 
 def _check_table_name(table: str) -> str:
@@ -225,15 +235,31 @@ def _temp_target(name: str) -> str | None:
 
 # --------------------------------------------------------------------------------- jsonl
 
+#: How much of a jsonl file's end its committed state fingerprints.
+_TAIL_BYTES = 4096
+
+
+def _tail_digest(tail: bytes) -> str:
+    return hashlib.sha256(tail).hexdigest()[:32]
+
+
+def _reset_hint(stream: StreamRef, spec: str) -> str:
+    return (
+        f"to discard the stream's output and start over: deltastream reset --state "
+        f"{stream.state_uri} --sink {spec} --name {stream.name}"
+    )
+
 
 class JsonlSink(Sink):
     """Appends one JSON object per row to a file (``jsonl:PATH``), or writes them to
     standard output (``jsonl:-``). Values follow :mod:`deltastream.output`'s conventions.
 
     A file is exactly-once: each delivery is flushed and fsynced before :meth:`deliver`
-    returns ``{"bytes": size}``, and :meth:`recover` truncates the file to the committed size
-    (to empty when nothing was committed). Standard output is at-least-once: it is flushed
-    after each delivery, but what was written cannot be taken back.
+    returns ``{"bytes": size, "tail": digest}`` (the size and a fingerprint of the last 4 KiB
+    before it), and :meth:`recover` removes what the one uncommitted delivery may have left
+    past the committed size, after checking that the file is the one the state describes
+    (see the module docstring). Standard output is at-least-once: it is flushed after each
+    delivery, but what was written cannot be taken back.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -246,84 +272,164 @@ class JsonlSink(Sink):
         self.guarantee: Guarantee = "at-least-once" if self.path is None else "exactly-once"
         self._file: IO[bytes] | None = None
         self._size = 0
+        self._tail = b""
+        self._marker: OutputMarker | None = None
+        if self.path is not None:
+            self._marker = OutputMarker(
+                self.path.parent / f".{self.path.name}.deltastream", str(self.path)
+            )
 
     @property
     def description(self) -> str:
         return self._spec
 
-    async def recover(self, committed: Position | None, state: Mapping[str, Any]) -> None:
+    def output_claim(self, stream: str) -> str | None:
+        return None if self.path is None else str(self.path.resolve())
+
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> None:
         if self.path is None:
             return
-        keep = 0
-        if committed is not None:
-            value = state.get("bytes", 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidArgumentError(
-                    f"{self.path}: the committed sink state has no valid file size "
-                    f"(bytes={value!r})"
-                )
-            keep = value
-        await anyio.to_thread.run_sync(self._open_truncated, self.path, keep, committed)
+        await anyio.to_thread.run_sync(self._recover, self.path, stream, committed, state)
 
-    def _open_truncated(self, path: Path, keep: int, committed: Position | None) -> None:
+    def _recover(
+        self,
+        path: Path,
+        stream: StreamRef,
+        committed: Position | None,
+        state: Mapping[str, Any],
+    ) -> None:
+        assert self._marker is not None
         self._close_file()
+        intent = self._marker.acquire(stream)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            existed = path.exists()
-            f = open(path, "r+b" if existed else "w+b")  # noqa: SIM115 (kept open)
-        except OSError as e:
-            raise StorageError(str(path), f"cannot open for appending: {e.strerror or e}") from e
-        try:
-            size = os.fstat(f.fileno()).st_size
-            if size < keep:
-                raise StorageError(
-                    str(path),
-                    f"the file has {size} bytes but {keep} were committed (at {committed}): it "
-                    "was truncated or replaced behind the stream's back; refusing to append to "
-                    "it (restore it, or move it away and reset the stream's state)",
-                )
-            if size > keep:
-                log.warning(
-                    "%s: discarding %d bytes written after the last commit (keeping %d)",
-                    path,
-                    size - keep,
-                    keep,
-                )
-                f.truncate(keep)
-                os.fsync(f.fileno())
-            if not existed:
-                _fsync_dir(path.parent)
-            f.seek(keep)
+            try:
+                existed = path.exists()
+                f = open(path, "r+b" if existed else "w+b")  # noqa: SIM115 (kept open)
+            except OSError as e:
+                problem = f"cannot open for appending: {e.strerror or e}"
+                raise StorageError(str(path), problem) from e
+            try:
+                size = os.fstat(f.fileno()).st_size
+                keep = self._committed_size(path, f, size, stream, committed, state)
+                if size > keep:
+                    if (
+                        committed is None
+                        or intent is None
+                        or not intent.proves(stream.name, committed, keep)
+                    ):
+                        raise SinkRecoveryError(
+                            str(path),
+                            f"holds {size - keep} bytes after the {keep} committed (at "
+                            f"{committed}) in {stream.state_uri} that the stream cannot prove "
+                            "it wrote after that commit (is the state older than the output?); "
+                            "nothing was touched. Restore the stream's latest state, or "
+                            + _reset_hint(stream, self._spec),
+                        )
+                    log.warning(
+                        "%s: discarding %d bytes of the delivery from %s that was not committed "
+                        "(keeping %d)",
+                        path,
+                        size - keep,
+                        committed,
+                        keep,
+                    )
+                    f.truncate(keep)
+                    os.fsync(f.fileno())
+                if not existed:
+                    fsync_dir(path.parent)
+                f.seek(max(0, keep - _TAIL_BYTES))
+                self._tail = f.read(keep - max(0, keep - _TAIL_BYTES))
+                f.seek(keep)
+            except BaseException:
+                f.close()
+                raise
+            self._marker.record(None)
         except BaseException:
-            f.close()
+            self._marker.release()
             raise
         self._file, self._size = f, keep
+
+    def _committed_size(
+        self,
+        path: Path,
+        f: IO[bytes],
+        size: int,
+        stream: StreamRef,
+        committed: Position | None,
+        state: Mapping[str, Any],
+    ) -> int:
+        """The committed size, after checking the file is the output ``state`` describes."""
+        if committed is None:
+            if size:
+                raise SinkRecoveryError(
+                    str(path),
+                    f"already holds {size} bytes, but the state of stream {stream.name!r} in "
+                    f"{stream.state_uri} has no position: it is another stream's output, or the "
+                    "state was lost; nothing was touched. Point --state at the stream's state, "
+                    "or " + _reset_hint(stream, self._spec),
+                )
+            return 0
+        value = state.get("bytes", 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SinkRecoveryError(
+                str(path),
+                f"the state in {stream.state_uri} has no valid committed size "
+                f"(bytes={value!r}); nothing was touched",
+            )
+        if size < value:
+            raise SinkRecoveryError(
+                str(path),
+                f"has {size} bytes but {value} were committed (at {committed}) in "
+                f"{stream.state_uri}: it was truncated or replaced behind the stream's back; "
+                f"nothing was touched (restore the file, or {_reset_hint(stream, self._spec)})",
+            )
+        digest = state.get("tail")
+        if digest is not None:
+            f.seek(max(0, value - _TAIL_BYTES))
+            if _tail_digest(f.read(value - max(0, value - _TAIL_BYTES))) != digest:
+                raise SinkRecoveryError(
+                    str(path),
+                    f"is not the output the state in {stream.state_uri} describes: its bytes "
+                    f"before the committed size {value} differ from what was committed (at "
+                    f"{committed}); nothing was touched",
+                )
+        return value
 
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
         if self.path is None:
             if delivery.num_rows:
                 await anyio.to_thread.run_sync(self._write_stdout, delivery)
+                crash_point("sink.after-write")
             return {}
         if self._file is None:
             raise RuntimeError(f"{self._spec}: recover() must be called before deliver()")
         if delivery.num_rows:
             await anyio.to_thread.run_sync(self._append, self._file, delivery)
-        return {"bytes": self._size}
+        return {"bytes": self._size, "tail": _tail_digest(self._tail)}
 
     def _append(self, f: IO[bytes], delivery: Delivery) -> None:
+        assert self._marker is not None
         # A failed earlier attempt may have left bytes past the last delivered size.
         if os.fstat(f.fileno()).st_size != self._size:
             f.truncate(self._size)
+        self._marker.record(delivery.start, self._size)
         f.seek(self._size)
         written = 0
+        tail = self._tail
         for batch in delivery.batches:
             if batch.num_rows:
                 data = "".join(line + "\n" for line in batch_to_json_lines(batch)).encode()
                 f.write(data)
                 written += len(data)
+                tail = (tail + data)[-_TAIL_BYTES:]
         f.flush()
+        crash_point("sink.after-write")
         os.fsync(f.fileno())
+        crash_point("sink.after-fsync")
         self._size += written
+        self._tail = tail
 
     @staticmethod
     def _write_stdout(delivery: Delivery) -> None:
@@ -340,6 +446,27 @@ class JsonlSink(Sink):
             buffer.flush()
         out.flush()
 
+    async def reset(self, stream: StreamRef) -> list[str]:
+        path, marker = self.path, self._marker
+        if path is None or marker is None:
+            return []
+
+        def discard() -> list[str]:
+            self._close_file()
+            marker.acquire(stream)
+            removed = []
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    size = path.stat().st_size
+                    path.unlink()
+                    removed.append(f"{path} ({size} bytes)")
+            finally:
+                marker.release(remove=True)
+            fsync_dir(path.parent)
+            return removed
+
+        return await anyio.to_thread.run_sync(discard)
+
     def _close_file(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -347,6 +474,8 @@ class JsonlSink(Sink):
 
     async def aclose(self) -> None:
         self._close_file()
+        if self._marker is not None:
+            self._marker.release()
 
 
 # ------------------------------------------------------------------------------- parquet
@@ -356,8 +485,9 @@ class ParquetSink(Sink):
     """Writes each delivery to its own parquet file in a directory (``parquet:DIR``),
     named by :func:`parquet_file_name`. Exactly-once (see the module docstring).
 
-    ``table``: the stream's name, if known when the sink is made; otherwise it is taken from
-    the committed state, or from the first delivery. A sink serves one stream.
+    ``table``: the stream's name, if known when the sink is made (it must then be the name
+    of the stream that recovers it). A sink serves one stream; several streams may share a
+    directory (their files and markers are named by the stream).
     """
 
     guarantee: Guarantee = "exactly-once"
@@ -369,79 +499,154 @@ class ParquetSink(Sink):
         self._spec = f"parquet:{text}"
         self.directory = Path(text).expanduser()
         self._table = None if table is None else _check_table_name(table)
-        # Set by recover when the stream's name is not known yet: clean up at the first
-        # delivery, from this position (None: every file of the stream).
-        self._pending_cleanup = False
-        self._cleanup_from: Position | None = None
+        self._marker: OutputMarker | None = None
 
     @property
     def description(self) -> str:
         return self._spec
 
-    async def recover(self, committed: Position | None, state: Mapping[str, Any]) -> None:
-        table = self._table
-        recorded = state.get("table") if committed is not None else None
-        if recorded is not None:
-            if not isinstance(recorded, str):
-                raise InvalidArgumentError(
-                    f"{self.directory}: the committed sink state names no stream "
-                    f"(table={recorded!r})"
-                )
-            if table is not None and recorded != table:
-                raise InvalidArgumentError(
-                    f"{self.directory}: the committed state is for stream {recorded!r}, "
-                    f"not {table!r}"
-                )
-            table = _check_table_name(recorded)
-        if table is None:
-            self._pending_cleanup, self._cleanup_from = True, committed
-            return
-        self._table = table
-        self._pending_cleanup = False
-        await anyio.to_thread.run_sync(self._clean, table, committed)
+    def output_claim(self, stream: str) -> str | None:
+        return f"{self.directory.resolve()}/{stream}-*.parquet"
 
-    def _clean(self, table: str, committed: Position | None) -> None:
-        """Delete the stream's files starting at or after ``committed`` and its temp files."""
-        if not self.directory.is_dir():
-            return
-        removed: list[str] = []
-        with os.scandir(self.directory) as entries:
-            for entry in entries:
-                name = entry.name
-                target = _temp_target(name)
-                parsed = parse_parquet_file_name(target if target is not None else name)
-                if parsed is None or parsed.table != table:
-                    continue
-                if target is not None or committed is None or parsed.start >= committed:
-                    _unlink_quietly(entry.path)
-                    removed.append(name)
-        if removed:
-            _fsync_dir(self.directory)
-            log.warning(
-                "%s: removed %d file(s) written after the last commit (%s): %s",
-                self.directory,
-                len(removed),
-                committed if committed is not None else "nothing committed",
-                ", ".join(sorted(removed)),
+    def _marker_for(self, table: str) -> OutputMarker:
+        if self._marker is None:
+            self._marker = OutputMarker(
+                self.directory / f".{table}.deltastream", f"{self.directory} (stream {table})"
             )
+        return self._marker
 
-    async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
-        table = _check_table_name(delivery.table)
-        if self._table is None:
-            self._table = table
-        elif table != self._table:
+    def _stream_table(self, stream: StreamRef, state: Mapping[str, Any]) -> str:
+        table = _check_table_name(stream.name)
+        if self._table is not None and self._table != table:
             raise InvalidArgumentError(
                 f"{self._spec}: this sink serves stream {self._table!r}, not {table!r}"
             )
-        if self._pending_cleanup:
-            await anyio.to_thread.run_sync(self._clean, table, self._cleanup_from)
-            self._pending_cleanup = False
+        recorded = state.get("table", table)
+        if recorded != table:
+            raise SinkRecoveryError(
+                str(self.directory),
+                f"the state in {stream.state_uri} is for stream {recorded!r}, not {table!r}",
+            )
+        return table
+
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> None:
+        table = self._stream_table(stream, state if committed is not None else {})
+        self._table = table
+        await anyio.to_thread.run_sync(self._recover, table, stream, committed)
+
+    def _files(self, table: str) -> tuple[list[tuple[str, Position]], list[str]]:
+        """The stream's files (name, start) and its leftover temporary files."""
+        files: list[tuple[str, Position]] = []
+        temps: list[str] = []
+        if not self.directory.is_dir():
+            return files, temps
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                target = _temp_target(entry.name)
+                parsed = parse_parquet_file_name(target if target is not None else entry.name)
+                if parsed is None or parsed.table != table:
+                    continue
+                if target is not None:
+                    temps.append(entry.name)
+                else:
+                    files.append((entry.name, parsed.start))
+        return files, temps
+
+    def _recover(self, table: str, stream: StreamRef, committed: Position | None) -> None:
+        marker = self._marker_for(table)
+        intent = marker.acquire(stream)
+        try:
+            files, temps = self._files(table)
+            later = sorted(
+                (start, name) for name, start in files if committed is None or start >= committed
+            )
+            if later and committed is None:
+                raise SinkRecoveryError(
+                    str(self.directory),
+                    f"already holds {len(later)} file(s) of stream {table!r}, but its state in "
+                    f"{stream.state_uri} has no position: the state was lost, or belongs to "
+                    "another stream; nothing was touched. Point --state at the stream's state, "
+                    "or " + _reset_hint(stream, self._spec),
+                )
+            unproven = [
+                name
+                for start, name in later
+                if committed is None
+                or start != committed
+                or intent is None
+                or not intent.proves(table, committed, 0)
+            ]
+            if unproven:
+                raise SinkRecoveryError(
+                    str(self.directory),
+                    f"holds {len(unproven)} file(s) of stream {table!r} starting at or after "
+                    f"the committed position ({committed}) in {stream.state_uri} that the stream "
+                    f"cannot prove it wrote after that commit ({', '.join(unproven[:3])}"
+                    f"{', ...' if len(unproven) > 3 else ''}; is the state older than the "
+                    "output?); nothing was touched. Restore the stream's latest state, or "
+                    + _reset_hint(stream, self._spec),
+                )
+            # Temporary files were never renamed into place, so never committed.
+            removed = [*temps, *(name for _, name in later)]
+            for name in removed:
+                _unlink_quietly(self.directory / name)
+            if removed:
+                fsync_dir(self.directory)
+                log.warning(
+                    "%s: removed %d file(s) of the delivery from %s that was not committed: %s",
+                    self.directory,
+                    len(removed),
+                    committed,
+                    ", ".join(sorted(removed)),
+                )
+            marker.record(None)
+        except BaseException:
+            marker.release()
+            raise
+
+    async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
+        table = _check_table_name(delivery.table)
+        marker = self._marker
+        if self._table is None or marker is None or not marker.held:
+            raise RuntimeError(f"{self._spec}: recover() must be called before deliver()")
+        if table != self._table:
+            raise InvalidArgumentError(
+                f"{self._spec}: this sink serves stream {self._table!r}, not {table!r}"
+            )
         if delivery.num_rows:
             target = self.directory / parquet_file_name(delivery)
-            await anyio.to_thread.run_sync(
-                lambda: _write_parquet_atomically(delivery, target, durable=True)
-            )
+
+            def write() -> None:
+                marker.record(delivery.start)
+                _write_parquet_atomically(delivery, target, durable=True)
+
+            await anyio.to_thread.run_sync(write)
         return {"table": table}
+
+    async def reset(self, stream: StreamRef) -> list[str]:
+        table = _check_table_name(stream.name)
+        marker = self._marker_for(table)
+
+        def discard() -> list[str]:
+            marker.acquire(stream)
+            try:
+                files, temps = self._files(table)
+                removed = sorted([*temps, *(name for name, _ in files)])
+                for name in removed:
+                    _unlink_quietly(self.directory / name)
+            finally:
+                marker.release(remove=True)
+            if self.directory.is_dir():
+                fsync_dir(self.directory)
+            return [str(self.directory / name) for name in removed]
+
+        return await anyio.to_thread.run_sync(discard)
+
+    async def aclose(self) -> None:
+        if self._marker is not None:
+            self._marker.release()
 
 
 # ---------------------------------------------------------------------------------- http
@@ -534,7 +739,9 @@ class HttpSink(Sink):
     def description(self) -> str:
         return self.url
 
-    async def recover(self, committed: Position | None, state: Mapping[str, Any]) -> None:
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> None:
         """Nothing to undo: the receiver gets repeated rows (at-least-once)."""
 
     def _get_session(self) -> aiohttp.ClientSession:
@@ -567,6 +774,7 @@ class HttpSink(Sink):
                     status = response.status
                     if 200 <= status < 300:
                         await response.read()
+                        crash_point("sink.after-write")
                         return {}
                     snippet = await self._snippet(response)
                     if not _retryable_status(status):
@@ -586,16 +794,20 @@ class HttpSink(Sink):
             if retry_after is not None:
                 delay = min(retry_after, self.max_retry_after)
             else:
-                delay = _backoff(attempt, self.base_delay, self.max_delay)
+                delay = backoff_delay(attempt, self.base_delay, self.max_delay)
             self.retries += 1
-            log.warning(
-                "%s: POST of %s failed (attempt %d): %s; retrying in %.1fs",
-                self.url,
-                what,
-                attempt,
-                reason,
-                delay,
-            )
+            if self.retry_listener is not None:
+                # The listener logs it (once, with the stream's name).
+                self.retry_listener(RetryEvent("POST", self.url, attempt, reason, delay))
+            else:
+                log.warning(
+                    "%s: POST of %s failed (attempt %d): %s; retrying in %.1fs",
+                    self.url,
+                    what,
+                    attempt,
+                    reason,
+                    delay,
+                )
             await anyio.sleep(delay)
 
     @staticmethod
@@ -687,7 +899,9 @@ class ExecSink(Sink):
             self._work_dir = self._own_work_dir
         return self._work_dir
 
-    async def recover(self, committed: Position | None, state: Mapping[str, Any]) -> None:
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> None:
         """Nothing to undo: the command sees repeated rows (at-least-once). Batch files a
         crash left in the work directory are removed at the stream's first delivery."""
 
@@ -736,6 +950,7 @@ class ExecSink(Sink):
                 if failure is None:
                     if tail:
                         log.debug("%s: stderr:\n%s", self.description, "\n".join(tail))
+                    crash_point("sink.after-write")
                     return {}
                 stderr = "\n".join(tail)
                 if self.max_attempts is not None and attempt >= self.max_attempts:
@@ -744,17 +959,25 @@ class ExecSink(Sink):
                         self.description,
                         f"failed for {what} after {attempt} attempt(s): {failure}{detail}",
                     )
-                delay = _backoff(attempt, self.base_delay, self.max_delay)
+                delay = backoff_delay(attempt, self.base_delay, self.max_delay)
                 self.retries += 1
-                log.warning(
-                    "%s: %s for %s (attempt %d); retrying in %.1fs%s",
-                    self.description,
-                    failure,
-                    what,
-                    attempt,
-                    delay,
-                    f"; last lines of stderr:\n{stderr}" if stderr else "",
-                )
+                if self.retry_listener is not None:
+                    # The listener logs the one warning; its cause keeps to one line, so the
+                    # stderr tail goes to an info line of its own.
+                    cause = f"{failure}; stderr: {tail[-1]}" if tail else failure
+                    self.retry_listener(RetryEvent("exec", self.command, attempt, cause, delay))
+                    if stderr:
+                        log.info("%s: last lines of stderr:\n%s", self.description, stderr)
+                else:
+                    log.warning(
+                        "%s: %s for %s (attempt %d); retrying in %.1fs%s",
+                        self.description,
+                        failure,
+                        what,
+                        attempt,
+                        delay,
+                        f"; last lines of stderr:\n{stderr}" if stderr else "",
+                    )
                 await anyio.sleep(delay)
         finally:
             _unlink_quietly(batch_path)
@@ -883,13 +1106,16 @@ class CallbackSink(Sink):
     def description(self) -> str:
         return self._description
 
-    async def recover(self, committed: Position | None, state: Mapping[str, Any]) -> None:
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> None:
         """Nothing to undo: the function may see rows again after a crash."""
 
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
         result = self.fn(delivery)
         if inspect.isawaitable(result):
             await result
+        crash_point("sink.after-write")
         return {}
 
 

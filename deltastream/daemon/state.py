@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Position
 from deltastream.errors import (
     CorruptFileError,
@@ -60,6 +61,9 @@ class StreamState:
     snapshot_version: int | None = None
     #: The sink specification the state belongs to (a different sink starts afresh).
     sink_spec: str = ""
+    #: Where the round under way ends (set before its first delivery for at-least-once
+    #: sinks, so that a restart groups the repeated rows into the same deliveries).
+    round_end: Position | None = None
     owner: str = ""
     updated_ms: int = 0
 
@@ -72,6 +76,7 @@ class StreamState:
             "sink": dict(self.sink),
             "sink_spec": self.sink_spec,
             "snapshot_version": self.snapshot_version,
+            "round_end": None if self.round_end is None else self.round_end.to_json(),
             "owner": self.owner,
             "updated_ms": self.updated_ms,
         }
@@ -83,6 +88,7 @@ class StreamState:
             if value.get("format") != _FORMAT:
                 raise CorruptFileError(source, f"unknown state format {value.get('format')!r}")
             snapshot = value.get("snapshot_version")
+            round_end = value.get("round_end")
             return cls(
                 table_uri=str(value["table_uri"]),
                 table_id=str(value["table_id"]),
@@ -90,6 +96,7 @@ class StreamState:
                 sink=dict(value.get("sink") or {}),
                 snapshot_version=None if snapshot is None else int(snapshot),
                 sink_spec=str(value.get("sink_spec", "")),
+                round_end=None if round_end is None else Position.from_json(round_end),
                 owner=str(value.get("owner", "")),
                 updated_ms=int(value.get("updated_ms", 0)),
             )
@@ -114,13 +121,28 @@ class StateStore:
         return self.store.root_uri
 
     async def load(self) -> StreamState | None:
-        """The committed state, or ``None`` for a new stream."""
+        """The committed state, or ``None`` for a new stream.
+
+        A state that exists but cannot be read is an error, never a new stream: a new
+        stream starts its sink's output afresh. So is a directory that holds saved table
+        states but no position (``position.json`` was removed: the position is lost).
+        """
+        source = self.store.uri_for(POSITION_KEY)
         try:
             raw, self._tag = await self.store.get_tagged(POSITION_KEY)
         except ObjectNotFoundError:
-            self._tag = ""
-            return None
-        return StreamState.from_json(self.store.uri_for(POSITION_KEY), raw)
+            pass
+        else:
+            return StreamState.from_json(source, raw)
+        async for _ in self.store.list_from(SNAPSHOT_DIR):
+            raise CorruptFileError(
+                source,
+                f"is missing, but {self.store.uri_for(SNAPSHOT_DIR)} holds saved table states: "
+                "the stream's position was lost, so where to resume is unknown; restore it, or "
+                "start the stream over with 'deltastream reset'",
+            )
+        self._tag = ""
+        return None
 
     async def commit(self, state: StreamState) -> StreamState:
         """Replace the committed state, unless another tailer wrote it in the meantime."""
@@ -158,6 +180,7 @@ class StateStore:
         # caller does not touch the table meanwhile).
         data = await anyio.to_thread.run_sync(encode)
         await self.store.put(snapshot_key(version), data)
+        crash_point("state.snapshot-write")
         return version
 
     async def load_snapshot(self, version: int, table_root: str) -> IncrementalState:
@@ -170,8 +193,25 @@ class StateStore:
             lambda: IncrementalState.from_log_state(state, version, auto_compact=False)
         )
 
+    async def reset(self) -> list[str]:
+        """Delete the stream's state (its position and saved table states); what was
+        deleted. The position goes last: a reset cut short is simply run again."""
+        removed = [meta.key async for meta in self.store.list_from(SNAPSHOT_DIR)]
+        for key in removed:
+            await self.store.delete(key)
+        try:
+            await self.store.head(POSITION_KEY)
+        except ObjectNotFoundError:
+            pass
+        else:
+            await self.store.delete(POSITION_KEY)
+            removed.append(POSITION_KEY)
+        self._tag = ""
+        return [self.store.uri_for(key) for key in removed]
+
     async def prune_snapshots(self, keep: int) -> None:
         """Delete every saved snapshot but version ``keep``."""
+        crash_point("state.snapshot-prune")
         async for meta in self.store.list_from(SNAPSHOT_DIR):
             if meta.key != snapshot_key(keep):
                 await self.store.delete(meta.key)

@@ -5,9 +5,13 @@ in *rounds*: wait for new versions, plan the file reads of each version in order
 the decoded batches into deliveries of bounded size, and after each delivery the sink
 acknowledges, commit the position it reached (with the sink's own state) to the state
 directory. A restart resumes from the committed position: the rows of a partly delivered
-version are produced again and the ones already delivered skipped, so together with a sink
-that can undo what it wrote past its committed state (``jsonl``, ``parquet``) every row is
-delivered exactly once.
+version are produced again and the ones already delivered skipped (the position counts rows
+from the version's first, however often the stream stopped inside it), so together with a
+sink that can undo what it wrote past its committed state (``jsonl``, ``parquet``) every row
+is delivered exactly once. For at-least-once sinks each round's end is committed before its
+first delivery, so that rows repeated after a crash come in the same deliveries (and carry
+the same idempotency keys). The protocol's instants are named crash points
+(:mod:`deltastream.daemon.crashpoints`), where tests stop the process deliberately.
 
 The table's state (protocol, metadata, live files) is kept in memory as an
 :class:`~deltastream.snapshot.incremental.IncrementalState`, advanced commit by commit, and
@@ -52,13 +56,15 @@ from deltastream.changes.evolution import SchemaChangeKind, classify_schema_chan
 from deltastream.changes.reader import FileRead, ReadSchema, read_file_batches
 from deltastream.changes.schema import column_mapping_mode, table_schema
 from deltastream.changes.versions import ChangePlanner, ChangeSchemas, removes_data
-from deltastream.daemon.delivery import Delivery, Position, Sink
+from deltastream.daemon.crashpoints import crash_point
+from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
 from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.state import StateStore, StreamState
 from deltastream.daemon.watcher import LogWatcher
 from deltastream.errors import (
     ChangeDataNotEnabledError,
     CorruptCommitError,
+    DataFileError,
     DataFileNotFoundError,
     DeltaStreamError,
     InvalidArgumentError,
@@ -85,6 +91,7 @@ from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at, parse_timestamp
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
+from deltastream.storage.retry import RetryEvent
 
 __all__ = [
     "Mode",
@@ -193,6 +200,15 @@ class TailConfig:
     #: more versions than this, the table's own checkpoint is used.
     replay_limit: int = 100
 
+    @property
+    def resolved_state_options(self) -> Mapping[str, str]:
+        """The state store's options: ``state_storage_options``, or by default the table's
+        ``storage_options`` when both are on S3."""
+        if self.state_storage_options is not None:
+            return self.state_storage_options
+        both_s3 = self.uri.startswith("s3") and self.state.startswith("s3")
+        return self.storage_options if both_s3 else {}
+
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise InvalidArgumentError(
@@ -201,8 +217,10 @@ class TailConfig:
         for key in ("max_rows_per_delivery", "max_versions_per_round", "replay_limit"):
             if getattr(self, key) < 1:
                 raise InvalidArgumentError(f"{key} must be >= 1")
-        if self.poll_interval <= 0:
-            raise InvalidArgumentError(f"poll interval must be > 0, not {self.poll_interval}")
+        if not (0 < self.poll_interval < float("inf")):  # NaN fails too
+            raise InvalidArgumentError(
+                f"poll interval must be a positive number of seconds, not {self.poll_interval}"
+            )
 
 
 class _Stop(Exception):
@@ -255,6 +273,10 @@ class Tailer:
         return self._stopping.is_set()
 
     @property
+    def _stream_ref(self) -> StreamRef:
+        return StreamRef(self.config.name, self._states.uri)
+
+    @property
     def position(self) -> Position | None:
         """The committed position (``None`` before the stream started)."""
         committed = getattr(self, "_committed", None)
@@ -264,14 +286,16 @@ class Tailer:
         """Follow the table until stopped (returns), finished (``snapshot`` mode: returns) or
         failed (raises)."""
         cfg = self.config
-        state_options = cfg.state_storage_options
-        if state_options is None:
-            both_s3 = cfg.uri.startswith("s3") and cfg.state.startswith("s3")
-            state_options = cfg.storage_options if both_s3 else {}
+        state_options = cfg.resolved_state_options
         async with (
             open_store(cfg.uri, cfg.storage_options) as store,
             open_store(cfg.state, state_options) as state_store,
         ):
+            # Every retry of the stores and the sink is counted in the stream's metrics and
+            # logged once, naming the stream (the stores and sinks then log none themselves).
+            store.retry_listener = functools.partial(self._on_retry, sink=False)
+            state_store.retry_listener = functools.partial(self._on_retry, sink=False)
+            self.sink.retry_listener = functools.partial(self._on_retry, sink=True)
             self._store = store
             self._states = StateStore(state_store)
             try:
@@ -288,6 +312,19 @@ class Tailer:
                 self._saved_at = -float("inf")
                 await self._maybe_save_state()
             self.metrics.status = "stopped"
+
+    def _on_retry(self, event: RetryEvent, *, sink: bool) -> None:
+        """The retry listener of the stream's stores and sink."""
+        self.metrics.record_retry(event, sink=sink)
+        log.warning(
+            "%s: %s %s failed (%s); retry %d in %.2fs",
+            self.config.name,
+            event.operation,
+            event.target,
+            event.cause,
+            event.attempt,
+            event.delay,
+        )
 
     # ------------------------------------------------------------------ start-up
 
@@ -307,10 +344,10 @@ class Tailer:
                     "directory per stream"
                 )
             log.info("%s: resuming at %s", cfg.name, committed.position)
-            await self.sink.recover(committed.position, committed.sink)
+            await self.sink.recover(self._stream_ref, committed.position, committed.sink)
             self._saved_version = committed.snapshot_version
         else:
-            await self.sink.recover(None, {})
+            await self.sink.recover(self._stream_ref, None, {})
         position = committed.position if committed else await self._initial_position()
         await self._load_state(position, committed)
         table_id = self._metadata.id
@@ -526,6 +563,7 @@ class Tailer:
                         ),
                         schemas.inferred,
                     )
+                    crash_point("snapshot.file")
                     done += 1
                     if self.progress is not None:
                         self.progress("files", done, total)
@@ -618,6 +656,8 @@ class Tailer:
 
     async def _follow_round(self, files: list[LogFile]) -> None:
         start = self._committed.position
+        if self.sink.guarantee == "at-least-once":
+            files = await self._fix_round(files)
         self._round_error = None
         self._round_end = Position(files[-1].version + 1)
         # A long catch-up past a checkpoint of the table's writer: load the state from that
@@ -629,6 +669,21 @@ class Tailer:
         await self._pump(self._version_tasks(files, skip_until), start, self._schemas.output_schema)
         if self._round_error is not None:
             raise self._round_error
+
+    async def _fix_round(self, files: list[LogFile]) -> list[LogFile]:
+        """The versions of this round, committed before its first delivery.
+
+        Deliveries end where the round ends, and a round ends where the listing did. An
+        at-least-once sink sees the rows after the committed position again after a crash,
+        and should see them in the same deliveries, with the same idempotency keys: so the
+        round's end is committed first, and a restart inside it ends the round there.
+        """
+        recorded = self._committed.round_end
+        if recorded is not None and recorded.version > files[0].version:
+            return [f for f in files if f.version < recorded.version]
+        end = Position(files[-1].version + 1)
+        self._committed = await self._states.commit(replace(self._committed, round_end=end))
+        return files
 
     async def _checkpoints_between(self, first: int, last: int) -> list[int]:
         listing = await list_log(self._store, first)
@@ -767,10 +822,19 @@ class Tailer:
         schema: pa.Schema,
     ) -> None:
         """Read the batches of ``tasks`` and deliver them from ``start`` on, ending at
-        ``self._round_end`` (set by the task generator if it stops early)."""
+        ``self._round_end`` (set by the task generator if it stops early).
+
+        ``tasks`` produce every row of the versions from ``start.version`` on, from each
+        version's first row; the first ``start.offset`` rows of ``start.version`` were
+        delivered before and are skipped. Invariant: ``offset`` counts the rows of
+        ``version`` produced so far, skipped ones included, so ``Position(version, offset)``
+        is exactly the point in the stream after them, however often the stream resumed.
+        Deliveries are made of whole batches, so a resumed stream's first batch starts at
+        ``start``, and the rows after it are grouped into the same deliveries as before.
+        """
         snapshot = start.snapshot
         max_rows = self.config.max_rows_per_delivery
-        version, offset = start.version, start.offset
+        version, offset = start.version, 0
         skip = start.offset
         pending: list[pa.RecordBatch] = []
         rows = 0
@@ -792,14 +856,26 @@ class Tailer:
                         continue
                 if pending and (batch.schema != schema or rows >= max_rows):
                     here = Position(version, snapshot, offset)
+                    assert here > begin, (begin, here)
                     await self._deliver(begin, here, schema, pending)
                     begin, pending, rows = here, [], 0
+                    if offset:
+                        crash_point("delivery.between")
                 schema = batch.schema
                 pending.append(batch)
                 rows += batch.num_rows
                 offset += batch.num_rows
         if self.stopping:
             raise _Stop  # the round's tail is abandoned: the committed position stays put
+        if skip and self._round_error is None:
+            # The version has fewer rows than were delivered of it before (a data file skipped
+            # now but read then): positions past this point would not name the same rows.
+            raise DataFileError(
+                f"{self._store.root_uri}/_delta_log",
+                f"version {start.version} now has fewer change rows than the {start.offset} "
+                "already delivered of it; its files changed since (vacuumed files skipped?)",
+                start.version,
+            )
         end = self._round_end
         if pending or end > begin:
             await self._deliver(begin, end, schema, pending)
@@ -819,7 +895,13 @@ class Tailer:
             schema=schema,
             batches=batches,
         )
-        sink_state = await self.sink.deliver(delivery)
+        crash_point("sink.before-write")
+        try:
+            sink_state = await self.sink.deliver(delivery)
+        except Exception:
+            self.metrics.sink_failures += 1
+            raise
+        crash_point("state.before-commit")
         with anyio.CancelScope(shield=True):
             # Once the sink has the rows, record it even if shutdown is under way: a
             # cancelled commit would make an at-least-once sink see them twice.
@@ -831,10 +913,12 @@ class Tailer:
                     snapshot_version=self._saved_version,
                 )
             )
+        crash_point("state.after-commit")
         m = self.metrics
         m.last_activity_monotonic = time.monotonic()
         m.deliveries += 1
         m.rows_delivered += delivery.num_rows
+        m.last_delivery_time = time.time()
         m.last_delivered_version = end.version - 1
         if m.last_delivered_version >= m.last_seen_version:
             m.oldest_undelivered_ms = None

@@ -23,6 +23,7 @@ import anyio
 import pyarrow as pa
 
 from deltastream.errors import InvalidArgumentError, StorageError
+from deltastream.storage.retry import RetryListener
 
 __all__ = [
     "AsyncClosable",
@@ -162,6 +163,9 @@ class ObjectStore(AsyncClosable, ABC):
 
     #: Upper bound on concurrent requests issued by :meth:`get_many`.
     max_concurrency: int = 16
+    #: Told of every request the store retries (before it waits); ``None``: stores that
+    #: retry log each retry at WARNING themselves. Stores that never retry ignore it.
+    retry_listener: RetryListener | None = None
 
     def __init__(self) -> None:
         self.stats = StoreStats()

@@ -27,6 +27,7 @@ import anyio.to_thread
 import pyarrow as pa
 
 from deltastream.errors import (
+    CorruptFileError,
     InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
@@ -325,6 +326,8 @@ class LocalStore(ObjectStore):
 
     def _put(self, key: str, data: bytes, if_match: str | None) -> str:
         path = self._path(key)
+        if path.is_dir():
+            raise _not_a_file(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             # Write beside the target and flush to disk before the rename: readers see the
@@ -382,3 +385,9 @@ class LocalStore(ObjectStore):
             # A directory is a key prefix, not an object (get and list_from agree).
             raise ObjectNotFoundError(str(path))
         return ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000, _tag_of(st))
+
+
+def _not_a_file(path: Path) -> CorruptFileError:
+    """A directory where an object is to be written: no conditional write can succeed, and
+    no retry will help (reading it finds nothing, as for a key prefix on S3)."""
+    return CorruptFileError(str(path), "is a directory, not a file")

@@ -3,7 +3,10 @@
 The client is created lazily on first use and closed by :meth:`S3Store.aclose`. Requests are
 retried by this module (botocore's own retries are switched off so that there is exactly one
 policy): throttling (``503 SlowDown`` and friends), any 5xx and connection errors are retried
-with exponential backoff and full jitter; anything else fails at once.
+with exponential backoff and full jitter (:func:`~deltastream.storage.retry.backoff_delay`),
+up to ``max_attempts`` attempts; anything else fails at once. Every retry is reported to the
+store's ``retry_listener`` (operation, URI, cause, attempt, delay) or, without one, logged at
+WARNING.
 
 With the ``sqs_queue_url`` option, :meth:`S3Store.watch` offers a change feed: it long-polls
 an SQS queue that receives the bucket's ``s3:ObjectCreated:*`` event notifications (sent by
@@ -17,7 +20,6 @@ import hashlib
 import io
 import json
 import logging
-import random
 import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -48,6 +50,7 @@ from deltastream.storage.base import (
     SignalledChangeFeed,
     check_byte_range,
 )
+from deltastream.storage.retry import RetryEvent, backoff_delay
 
 __all__ = ["STORAGE_OPTION_NAMES", "S3Options", "S3Store"]
 
@@ -222,7 +225,9 @@ class S3Options:
     profile: str | None = None
     addressing_style: str | None = None
     max_attempts: int = 10
-    retry_base_delay: float = 0.05
+    #: Retry ``n`` waits ``uniform(0, min(retry_max_delay, retry_base_delay * 2**(n - 1)))``
+    #: seconds (:func:`~deltastream.storage.retry.backoff_delay`).
+    retry_base_delay: float = 0.1
     retry_max_delay: float = 5.0
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
@@ -394,7 +399,11 @@ class _SqsChangeFeed(SignalledChangeFeed):
         try:
             while True:
                 response = await self._store._call(
-                    self.uri, f"SQS ReceiveMessage from {queue}", receive, service="sqs"
+                    self.uri,
+                    f"SQS ReceiveMessage from {queue}",
+                    receive,
+                    service="sqs",
+                    operation="SQS ReceiveMessage",
                 )
                 messages: list[dict[str, Any]] = response.get("Messages") or []
                 # Every message is looked at (and logged) before waking the waiter.
@@ -418,7 +427,11 @@ class _SqsChangeFeed(SignalledChangeFeed):
             return await client.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
 
         response = await self._store._call(
-            self.uri, f"SQS DeleteMessageBatch on {self._queue_url}", delete, service="sqs"
+            self.uri,
+            f"SQS DeleteMessageBatch on {self._queue_url}",
+            delete,
+            service="sqs",
+            operation="SQS DeleteMessageBatch",
         )
         for failed in response.get("Failed") or ():
             # Such a message comes back after its visibility timeout: one spurious wake-up.
@@ -564,10 +577,17 @@ class S3Store(ObjectStore):
             await store.aclose()
 
     async def _call(
-        self, uri: str, what: str, op: Callable[[Any], Awaitable[T]], *, service: str = "s3"
+        self,
+        uri: str,
+        what: str,
+        op: Callable[[Any], Awaitable[T]],
+        *,
+        service: str = "s3",
+        operation: str | None = None,
     ) -> T:
         """Run ``op(client)`` with this store's retry policy, on its S3 client or (``service``
-        "sqs") its SQS client."""
+        "sqs") its SQS client. ``what`` names the request in errors; ``operation`` (default
+        ``what``: ``GET``, ``PUT``, ``LIST``…) names it in retry reports."""
         opts = self.options
         client = await (self._get_client() if service == "s3" else self._get_sqs_client())
         attempt = 0
@@ -583,18 +603,35 @@ class S3Store(ObjectStore):
                     raise StorageError(
                         uri, f"{what} failed after {attempt} attempt(s): {code or status}: {e}"
                     ) from e
-                reason = f"{code or status}"
+                # A HEAD's error has no body: botocore's code is then just the status.
+                reason = (
+                    f"{status} {code}" if status and code != str(status) else code or str(status)
+                )
             except _CONNECTION_ERRORS as e:
                 if attempt >= opts.max_attempts:
                     raise StorageError(
                         uri, f"{what} failed after {attempt} attempt(s): {type(e).__name__}: {e}"
                     ) from e
-                reason = type(e).__name__
+                reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             except botocore.exceptions.NoCredentialsError as e:
                 raise StorageError(uri, f"{what} failed: no AWS credentials found") from e
-            delay = random.uniform(0, min(opts.retry_max_delay, opts.retry_base_delay * 2**attempt))
+            # The retry policy's formula is base * 2**(attempt - 1): the same delays as this
+            # store's former base * 2**attempt with its default base doubled (0.05 -> 0.1 s).
+            delay = backoff_delay(attempt, opts.retry_base_delay, opts.retry_max_delay)
             self.stats.retries += 1
-            log.debug("retrying %s %s in %.3fs after %s", what, uri, delay, reason)
+            event = RetryEvent(operation or what, uri, attempt, reason, delay)
+            listener = self.retry_listener
+            if listener is not None:
+                listener(event)
+            else:
+                log.warning(
+                    "%s %s failed (%s); retry %d in %.2fs",
+                    event.operation,
+                    uri,
+                    reason,
+                    attempt,
+                    delay,
+                )
             await anyio.sleep(delay)
 
     def _raise_s3_meaning(self, uri: str, what: str, e: botocore.exceptions.ClientError) -> None:
@@ -748,6 +785,8 @@ class S3Store(ObjectStore):
             other = S3Store(bucket, "", self.options)
             other.stats = self.stats
             self._foreign[bucket] = other
+        # Its retries are this store's: whoever listens here hears them too.
+        other.retry_listener = self.retry_listener
         return other, key
 
     async def head(self, key: str) -> ObjectMeta:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from deltastream.daemon.delivery import Delivery
 from deltastream.daemon.sinks import CallbackSink
@@ -21,6 +21,7 @@ from deltastream.daemon.tailer import TailConfig, Tailer
 
 __all__ = [
     "CDF",
+    "SMALL_GROUPS",
     "Collector",
     "Writer",
     "batch",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 CDF = {"delta.enableChangeDataFeed": "true"}
+#: 4-row row groups: the reader yields 4-row batches, so small deliveries split versions.
+SMALL_GROUPS = WriterProperties(
+    max_row_group_size=4, write_batch_size=4, data_page_row_count_limit=4
+)
 #: Columns identifying a change row (``_commit_timestamp`` is left out: delta-rs takes it
 #: from ``commitInfo``, deltastream from the protocol's rule).
 Row = tuple[Any, ...]
@@ -99,29 +104,44 @@ class Collector:
 
 
 class Writer:
-    """Commits appends, updates, deletes and merges to a table from a thread."""
+    """Commits appends, updates, deletes and merges to a table from a thread.
+
+    ``kinds`` is the cycle of operations, step ``n`` doing ``kinds[n % len(kinds)]``; besides
+    the four writes there are ``"optimize"`` (compaction, a ``dataChange=false`` commit, or
+    none when there is nothing to compact) and ``"checkpoint"`` (a Delta checkpoint of the
+    latest version, no commit). ``commits`` is the number of steps, or None to run until
+    :meth:`stop`."""
+
+    KINDS: tuple[str, ...] = ("append", "update", "append", "delete", "merge")
 
     def __init__(
         self,
         uri: str,
-        commits: int,
+        commits: int | None,
         *,
         interval: float = 0.0,
         storage_options: Mapping[str, str] | None = None,
         first_id: int = 1000,
+        kinds: Sequence[str] = KINDS,
     ) -> None:
+        unknown = set(kinds) - {"append", "update", "delete", "merge", "optimize", "checkpoint"}
+        if unknown or not kinds:
+            raise ValueError(f"unknown writer operations {sorted(unknown)} (or none)")
         self.uri = uri
         self.commits = commits
         self.interval = interval
         self.options = dict(storage_options) if storage_options else None
         self.next_id = first_id
+        self.kinds = tuple(kinds)
+        self.steps = 0
         self.done = threading.Event()
+        self._stop = threading.Event()
         self.error: BaseException | None = None
         self.last_version = -1
 
     def step(self, n: int) -> None:
         table = DeltaTable(self.uri, storage_options=self.options)
-        kind = ("append", "update", "append", "delete", "merge")[n % 5]
+        kind = self.kinds[n % len(self.kinds)]
         if kind == "append":
             write_deltalake(table, batch(range(self.next_id, self.next_id + 4)), mode="append")
             self.next_id += 4
@@ -129,7 +149,7 @@ class Writer:
             table.update(predicate=f"id % 4 = {n % 4}", updates={"name": "concat(name, '+')"})
         elif kind == "delete":
             table.delete(f"id % 7 = {n % 7}")
-        else:
+        elif kind == "merge":
             source = batch(range(self.next_id - 2, self.next_id + 2), name="m")
             self.next_id += 2
             (
@@ -138,15 +158,25 @@ class Writer:
                 .when_not_matched_insert_all()
                 .execute()
             )
+        elif kind == "optimize":
+            table.optimize.compact()
+        else:
+            table.create_checkpoint()
+        self.steps += 1
         self.last_version = DeltaTable(self.uri, storage_options=self.options).version()
+
+    def stop(self) -> None:
+        """Make :meth:`run` return after the step under way (no effect once it returned)."""
+        self._stop.set()
 
     def run(self) -> None:
         try:
-            stop = threading.Event()
             for n in itertools.islice(itertools.count(), self.commits):
+                if self._stop.is_set():
+                    break
                 self.step(n)
                 if self.interval:
-                    stop.wait(self.interval)
+                    self._stop.wait(self.interval)
         except BaseException as e:
             self.error = e
             raise

@@ -58,14 +58,21 @@ async def test_a_broken_table_does_not_stop_the_others(tmp_path: Path) -> None:
         host, port = service.address
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://{host}:{port}/healthz") as resp:
-                assert resp.status == 200
+                # Streams that failed for good make the service unready (but not dead).
+                assert resp.status == 503
                 health = json.loads(await resp.text())
+            async with http.get(f"http://{host}:{port}/livez") as resp:
+                assert resp.status == 200
             async with http.get(f"http://{host}:{port}/metrics") as resp:
                 assert resp.status == 200
                 assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
                 metrics = await resp.text()
         service.stop()
     assert health["status"] == "degraded"
+    degraded = {d["table"]: d for d in health["degraded"]}
+    assert sorted(degraded) == ["corrupt", "missing"]
+    assert degraded["corrupt"]["reason"] == "failed for good"
+    assert "00000000000000000001.json" in degraded["corrupt"]["last_error"]
     status = {t["name"]: t["status"] for t in health["tables"]}
     assert status == {"good": "following", "corrupt": "failed", "missing": "failed"}
     assert 'deltastream_last_delivered_version{table="good"} 5' in metrics

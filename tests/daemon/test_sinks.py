@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import hashlib
 import json
 import logging
 import shlex
@@ -25,7 +26,7 @@ import pytest
 from aiohttp import web
 from conftest import free_port
 
-from deltastream.daemon.delivery import Delivery, Position
+from deltastream.daemon.delivery import Delivery, Position, StreamRef
 from deltastream.daemon.sinks import (
     CallbackSink,
     ExecSink,
@@ -41,7 +42,8 @@ from deltastream.errors import (
     HttpStatusError,
     InvalidArgumentError,
     SinkError,
-    StorageError,
+    SinkInUseError,
+    SinkRecoveryError,
 )
 
 pytestmark = pytest.mark.anyio
@@ -142,7 +144,8 @@ def rows_of(*deliveries: Delivery) -> list[dict[str, Any]]:
 
 
 def names(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir())
+    """The directory's entries, but the sinks' hidden ownership markers."""
+    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".deltastream"))
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -151,13 +154,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------------- jsonl
 
+REF = StreamRef("orders", "/var/lib/ds/orders")
+
+
+def marker_of(path: Path) -> Path:
+    return path.parent / f".{path.name}.deltastream"
+
 
 async def test_jsonl_writes_exact_lines_and_commits_the_size(tmp_path: Path) -> None:
     path = tmp_path / "out" / "orders.jsonl"
     async with JsonlSink(path) as sink:
         assert sink.guarantee == "exactly-once"
         assert sink.description == f"jsonl:{path}"
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         state = await sink.deliver(D1)
     first = (
         '{"id": 1, "name": "name-1", "amount": "0.25", "ts": "2024-01-02T03:04:05.000001+00:00", '
@@ -170,44 +179,61 @@ async def test_jsonl_writes_exact_lines_and_commits_the_size(tmp_path: Path) -> 
         '"_commit_timestamp": "2024-05-01T12:00:03+00:00"}\n'
     )
     assert path.read_text(encoding="utf-8") == first + second
-    assert state == {"bytes": len((first + second).encode())} == {"bytes": path.stat().st_size}
+    assert state["bytes"] == len((first + second).encode()) == path.stat().st_size
+    assert state["tail"] == hashlib.sha256((first + second).encode()).hexdigest()[:32]
+    # The ownership marker beside it is hidden, and names the stream and its state.
+    marker = json.loads(marker_of(path).read_text())
+    assert (marker["stream"], marker["state"]) == ("orders", REF.state_uri)
 
 
 async def test_jsonl_appends_consecutive_deliveries(tmp_path: Path) -> None:
     path = tmp_path / "orders.jsonl"
     async with JsonlSink(path) as sink:
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         sizes = [(await sink.deliver(d))["bytes"] for d in (D1, D2, D3, EMPTY)]
     assert read_jsonl(path) == rows_of(D1, D2, D3)
     assert sizes[-1] == sizes[-2] == path.stat().st_size  # no rows: nothing written
     assert sizes == sorted(sizes)
 
 
-async def test_jsonl_recover_truncates_a_torn_tail_and_the_repeat_is_exactly_once(
+async def test_jsonl_recover_removes_the_uncommitted_delivery_and_the_repeat_is_exactly_once(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "orders.jsonl"
     async with JsonlSink(path) as sink:
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         committed_state = await sink.deliver(D1)  # committed with D1.end
-        await sink.deliver(D2)  # written, but the crash came before the commit
-    with path.open("ab") as f:  # ... in the middle of writing D3
+        await sink.deliver(D2)  # written, but the crash came before the commit ...
+    with path.open("ab") as f:  # ... or in the middle of writing it
         f.write(b'{"id": 6, "name": "na')
 
     async with JsonlSink(path) as sink:
-        await sink.recover(D1.end, committed_state)
+        await sink.recover(REF, D1.end, committed_state)
         assert path.stat().st_size == committed_state["bytes"]
         state = await sink.deliver(D23)  # the repeat covers a different range
     assert read_jsonl(path) == rows_of(D1, D2, D3)
-    assert state == {"bytes": path.stat().st_size}
+    assert state["bytes"] == path.stat().st_size
 
 
-async def test_jsonl_with_nothing_committed_starts_an_empty_file(tmp_path: Path) -> None:
+async def test_jsonl_new_stream_refuses_a_file_with_output_and_touches_nothing(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "orders.jsonl"
-    path.write_text('{"written": "before any commit"}\n')
+    path.write_text('{"delivered": "by an earlier stream"}\n')
+    sink = JsonlSink(path)
+    with pytest.raises(SinkRecoveryError) as caught:
+        await sink.recover(REF, None, {})
+    message = str(caught.value)
+    assert str(path) in message and REF.state_uri in message and "has no position" in message
+    assert f"deltastream reset --state {REF.state_uri} --sink jsonl:{path} --name orders" in (
+        message
+    )
+    assert path.read_text() == '{"delivered": "by an earlier stream"}\n'
+    await sink.aclose()
+    # An empty file is no output: a new stream takes it.
+    path.write_bytes(b"")
     async with JsonlSink(path) as sink:
-        await sink.recover(None, {"bytes": 10})  # state without a position is ignored
-        assert path.read_bytes() == b""
+        await sink.recover(REF, None, {})
         await sink.deliver(D1)
     assert read_jsonl(path) == rows_of(D1)
 
@@ -216,22 +242,79 @@ async def test_jsonl_refuses_a_file_shorter_than_committed(tmp_path: Path) -> No
     path = tmp_path / "orders.jsonl"
     path.write_text("{}\n")
     sink = JsonlSink(path)
-    with pytest.raises(StorageError, match=r"orders\.jsonl: the file has 3 bytes but 500 were"):
-        await sink.recover(D1.end, {"bytes": 500})
+    with pytest.raises(SinkRecoveryError, match=r"orders\.jsonl: has 3 bytes but 500 were"):
+        await sink.recover(REF, D1.end, {"bytes": 500})
     assert path.read_text() == "{}\n"  # untouched
     await sink.aclose()
+
+
+async def test_jsonl_refuses_output_past_a_state_older_than_the_output(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        await sink.recover(REF, None, {})
+        first = await sink.deliver(D1)
+        await sink.deliver(D2)
+        await sink.deliver(D3)  # every one committed, but the state was restored to D1's
+    content = path.read_bytes()
+    for stale in (first, {"bytes": 0}, {}):
+        sink = JsonlSink(path)
+        with pytest.raises(SinkRecoveryError, match="cannot prove it wrote after that commit"):
+            await sink.recover(REF, D1.end, stale)
+        await sink.aclose()
+        assert path.read_bytes() == content
+
+
+async def test_jsonl_refuses_a_file_that_is_not_the_one_committed(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        await sink.recover(REF, None, {})
+        state = await sink.deliver(D1)
+    replaced = b"x" * (path.stat().st_size - 1) + b"\n"  # same size, other bytes
+    path.write_bytes(replaced)
+    sink = JsonlSink(path)
+    with pytest.raises(SinkRecoveryError, match=r"is not the output the state .* describes"):
+        await sink.recover(REF, D1.end, state)
+    await sink.aclose()
+    assert path.read_bytes() == replaced
 
 
 async def test_jsonl_rejects_a_bad_committed_size_and_delivery_before_recover(
     tmp_path: Path,
 ) -> None:
     sink = JsonlSink(tmp_path / "orders.jsonl")
-    with pytest.raises(InvalidArgumentError, match="no valid file size"):
-        await sink.recover(D1.end, {"bytes": "12"})
+    with pytest.raises(SinkRecoveryError, match="no valid committed size"):
+        await sink.recover(REF, D1.end, {"bytes": "12"})
     with pytest.raises(RuntimeError, match="recover"):
         await sink.deliver(D1)
     await sink.aclose()
     await sink.aclose()  # idempotent
+
+
+async def test_jsonl_has_one_writer_at_a_time(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as first:
+        await first.recover(REF, None, {})
+        second = JsonlSink(path)
+        with pytest.raises(SinkInUseError, match=r"being written by stream 'orders'"):
+            await second.recover(StreamRef("copy", "/elsewhere"), None, {})
+        with pytest.raises(SinkInUseError):
+            await second.reset(StreamRef("copy", "/elsewhere"))
+        await second.aclose()
+        state = await first.deliver(D1)
+    async with JsonlSink(path) as again:  # released when the first one closed
+        await again.recover(REF, D1.end, state)
+
+
+async def test_jsonl_reset_discards_the_output(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        await sink.recover(REF, None, {})
+        await sink.deliver(D1)
+    size = path.stat().st_size
+    assert await JsonlSink(path).reset(REF) == [f"{path} ({size} bytes)"]
+    assert not path.exists() and not marker_of(path).exists()
+    async with JsonlSink(path) as sink:
+        await sink.recover(REF, None, {})
 
 
 async def test_jsonl_stdout_is_at_least_once_and_flushed(
@@ -240,11 +323,12 @@ async def test_jsonl_stdout_is_at_least_once_and_flushed(
     async with JsonlSink("-") as sink:
         assert sink.guarantee == "at-least-once"
         assert sink.description == "jsonl:-"
-        await sink.recover(D1.start, {"bytes": 123})  # nothing to undo
+        await sink.recover(REF, D1.start, {"bytes": 123})  # nothing to undo
         assert await sink.deliver(D1) == {}
         assert [json.loads(x) for x in capsys.readouterr().out.splitlines()] == rows_of(D1)
         await sink.deliver(EMPTY)
         assert capsys.readouterr().out == ""
+        assert await sink.reset(REF) == []
 
 
 # ------------------------------------------------------------------------------- parquet
@@ -294,12 +378,13 @@ async def test_parquet_writes_one_file_per_delivery(tmp_path: Path) -> None:
     async with ParquetSink(out) as sink:
         assert sink.guarantee == "exactly-once"
         assert sink.description == f"parquet:{out}"
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         for d in (D1, D2, D3, EMPTY):
             assert await sink.deliver(d) == {"table": "orders"}
     assert names(out) == [parquet_file_name(d) for d in (D1, D2, D3)]
     assert read_parquet_rows(out) == rows_of(D1, D2, D3)
-    # The whole directory reads back as the stream, each row once.
+    # The whole directory reads back as the stream, each row once (the marker is hidden).
+    assert (out / ".orders.deltastream").is_file()
     table = pq.read_table(out)
     assert table.schema.remove_metadata() == SCHEMA
     assert sorted(table.column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
@@ -307,22 +392,24 @@ async def test_parquet_writes_one_file_per_delivery(tmp_path: Path) -> None:
 
 async def test_parquet_repeated_delivery_overwrites_itself(tmp_path: Path) -> None:
     async with ParquetSink(tmp_path) as sink:
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         await sink.deliver(D1)
         await sink.deliver(D1)
     assert names(tmp_path) == [parquet_file_name(D1)]
     assert read_parquet_rows(tmp_path) == rows_of(D1)
 
 
+OTHER = StreamRef("other", "/var/lib/ds/other")
+
+
 async def test_parquet_recover_removes_what_was_written_after_the_commit(tmp_path: Path) -> None:
     async with ParquetSink(tmp_path) as other:
-        await other.recover(None, {})
+        await other.recover(OTHER, None, {})
         await other.deliver(make_delivery(Position(0), Position(9), [batch(0, [100])], "other"))
     async with ParquetSink(tmp_path) as sink:
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         committed = await sink.deliver(D1)
-        await sink.deliver(D2)
-        await sink.deliver(D3)
+        await sink.deliver(D2)  # the crash came before its commit
     # Temp files a crash left mid-write: this stream's and another stream's.
     ours_tmp = tmp_path / f".{parquet_file_name(D23)}.a1b2c3d4.tmp"
     theirs = make_delivery(Position(9), Position(10), [batch(9, [7])], "other")
@@ -333,7 +420,7 @@ async def test_parquet_recover_removes_what_was_written_after_the_commit(tmp_pat
     unrelated.write_text("keep me")
 
     async with ParquetSink(tmp_path) as sink:
-        await sink.recover(D1.end, committed)
+        await sink.recover(REF, D1.end, committed)
         assert names(tmp_path) == sorted(
             [
                 parquet_file_name(D1),
@@ -347,43 +434,71 @@ async def test_parquet_recover_removes_what_was_written_after_the_commit(tmp_pat
     assert [r["id"] for r in read_parquet_rows(tmp_path, "other")] == [100]
 
 
-async def test_parquet_cleanup_waits_for_the_stream_name_when_nothing_was_committed(
-    tmp_path: Path,
-) -> None:
+async def test_parquet_refuses_files_it_cannot_prove_uncommitted(tmp_path: Path) -> None:
     async with ParquetSink(tmp_path) as sink:
-        await sink.recover(None, {})
-        await sink.deliver(D1)  # crash before the first commit
-    theirs = make_delivery(Position(0), Position(1), [batch(0, [100])], "other")
+        await sink.recover(REF, None, {})
+        first = await sink.deliver(D1)
+        await sink.deliver(D2)
+        await sink.deliver(D3)
+    before = names(tmp_path)
+    # A new stream (no position) and a state older than the output: nothing touched.
+    for committed, state, problem in (
+        (None, {}, "has no position"),
+        (D1.end, first, "cannot prove it wrote after that commit"),
+    ):
+        sink = ParquetSink(tmp_path)
+        with pytest.raises(SinkRecoveryError, match=problem) as caught:
+            await sink.recover(REF, committed, state)
+        assert "deltastream reset --state /var/lib/ds/orders" in str(caught.value)
+        await sink.aclose()
+        assert names(tmp_path) == before
+    # Another stream's files in the same directory are no obstacle to a new stream.
     async with ParquetSink(tmp_path) as other:
-        await other.recover(None, {})
-        await other.deliver(theirs)
-
-    sink = ParquetSink(tmp_path)
-    await sink.recover(None, {})  # does not know the stream yet: nothing removed
-    assert len(names(tmp_path)) == 2
-    await sink.deliver(make_delivery(Position(3), Position(4), [], "orders"))
-    assert names(tmp_path) == [parquet_file_name(theirs)]
-    await sink.aclose()
+        await other.recover(OTHER, None, {})
 
 
-async def test_parquet_sink_told_its_stream_cleans_up_in_recover(tmp_path: Path) -> None:
-    async with ParquetSink(tmp_path) as sink:
-        await sink.recover(None, {})
-        await sink.deliver(D1)
+async def test_parquet_sink_checks_its_stream(tmp_path: Path) -> None:
     sink = ParquetSink(tmp_path, table="orders")
-    await sink.recover(None, {})
-    assert names(tmp_path) == []
+    with pytest.raises(InvalidArgumentError, match="serves stream 'orders', not 'other'"):
+        await sink.recover(OTHER, None, {})
+    await sink.recover(REF, None, {})
     with pytest.raises(InvalidArgumentError, match="serves stream 'orders', not 'other'"):
         await sink.deliver(make_delivery(Position(0), Position(1), [batch(0, [1])], "other"))
-    with pytest.raises(InvalidArgumentError, match="state is for stream 'other'"):
-        await sink.recover(D1.end, {"table": "other"})
+    await sink.aclose()
+    with pytest.raises(SinkRecoveryError, match=r"state .* is for stream 'other'"):
+        await ParquetSink(tmp_path).recover(REF, D1.end, {"table": "other"})
+    with pytest.raises(RuntimeError, match="recover"):
+        await ParquetSink(tmp_path).deliver(D1)
+
+
+async def test_parquet_has_one_writer_per_stream_and_reset_removes_only_its_files(
+    tmp_path: Path,
+) -> None:
+    async with ParquetSink(tmp_path) as sink, ParquetSink(tmp_path) as other:
+        await sink.recover(REF, None, {})
+        await other.recover(OTHER, None, {})  # another stream in the same directory
+        await other.deliver(make_delivery(Position(0), Position(1), [batch(0, [9])], "other"))
+        second = ParquetSink(tmp_path)
+        with pytest.raises(SinkInUseError, match="being written by stream 'orders'"):
+            await second.recover(REF, None, {})
+        await second.aclose()
+        await sink.deliver(D1)
+        await sink.deliver(D2)
+    (tmp_path / f".{parquet_file_name(D3)}.x1.tmp").write_bytes(b"torn")
+    removed = await ParquetSink(tmp_path).reset(REF)
+    assert sorted(Path(p).name for p in removed) == sorted(
+        [parquet_file_name(D1), parquet_file_name(D2), f".{parquet_file_name(D3)}.x1.tmp"]
+    )
+    left = names(tmp_path)
+    assert left and all(name.startswith("other-") for name in left)
+    assert not (tmp_path / ".orders.deltastream").exists()
 
 
 async def test_parquet_empty_delivery_writes_nothing(tmp_path: Path) -> None:
     async with ParquetSink(tmp_path / "out") as sink:
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         assert await sink.deliver(EMPTY) == {"table": "orders"}
-    assert not (tmp_path / "out").exists()
+    assert names(tmp_path / "out") == []
 
 
 # ---------------------------------------------------------------------------------- http
@@ -454,7 +569,7 @@ async def test_http_posts_one_json_document_per_delivery(receiver: Receiver) -> 
     async with fast_http(receiver.url) as sink:
         assert sink.guarantee == "at-least-once"
         assert sink.description == receiver.url
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         assert await sink.deliver(D2) == {}
         assert await sink.deliver(EMPTY) == {}  # no rows: no request
     (req,) = receiver.requests
@@ -583,7 +698,7 @@ async def test_exec_runs_the_command_with_the_batch_and_its_environment(
     async with ExecSink(command, work_dir=work) as sink:
         assert sink.guarantee == "at-least-once"
         assert sink.description == f"exec:{command}"
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         assert await sink.deliver(D2) == {}
         assert await sink.deliver(EMPTY) == {}  # no rows: not run
     (seen,) = read_jsonl(out)
@@ -720,7 +835,7 @@ async def test_callback_sync_and_async() -> None:
     async with CallbackSink(sync_fn) as sink:
         assert sink.guarantee == "at-least-once"
         assert sink.description.startswith("callback:") and "sync_fn" in sink.description
-        await sink.recover(None, {})
+        await sink.recover(REF, None, {})
         assert await sink.deliver(D1) == {}
     async with CallbackSink(async_fn, description="my-app") as sink:
         assert sink.description == "my-app"

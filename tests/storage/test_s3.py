@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
+import re
 import socket
 import statistics
 import time
@@ -32,6 +34,7 @@ from deltastream.errors import (
     StorageError,
 )
 from deltastream.storage import ChangeFeed, S3Options, S3Store, StoreStats, open_store
+from deltastream.storage.retry import RetryEvent
 
 PREFIX = "tables/t1"
 KEY = "_delta_log/00000000000000000000.json"
@@ -678,6 +681,71 @@ async def test_conditional_put_conflict_is_not_masked_by_the_retry_check(
     with pytest.raises(PreconditionFailedError):
         await store.put(key, b"v3", if_match=stale)
     assert await store.get(key) == b"v2"
+
+
+#: The operation a retry report names, per entry of OPS.
+OPERATIONS = {"get": "GET", "get-range": "GET", "head": "HEAD", "list": "LIST"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("op_name", list(OPS))
+async def test_retries_are_reported_to_the_listener(
+    fresh_store: Callable[[], S3Store],
+    fault_proxy: FaultProxy,
+    caplog: pytest.LogCaptureFixture,
+    op_name: str,
+) -> None:
+    op, expected, uri_key, method = OPS[op_name]
+    fault_proxy.inject("slowdown", "slowdown", "internal")
+    events: list[RetryEvent] = []
+    async with fresh_store() as store:
+        store.retry_listener = events.append
+        with caplog.at_level(logging.DEBUG, logger="deltastream.storage"):
+            assert await op(store) == expected
+    assert store.stats.retries == 3
+    assert [(e.operation, e.target, e.attempt) for e in events] == [
+        (OPERATIONS[op_name], store.uri_for(uri_key), n) for n in (1, 2, 3)
+    ]
+    # A HEAD's error has no body: its cause is only the status.
+    if method == "HEAD":
+        assert [e.cause for e in events] == ["503", "503", "500"]
+    else:
+        assert [e.cause for e in events] == ["503 SlowDown", "503 SlowDown", "500 InternalError"]
+    assert all(0 <= e.delay <= 0.01 for e in events)  # FAST_RETRIES: capped at 10 ms
+    # The listener reports the retries: the store logs no line of its own.
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.anyio
+async def test_retries_of_a_put_name_the_operation(
+    fresh_store: Callable[[], S3Store], fault_proxy: FaultProxy
+) -> None:
+    events: list[RetryEvent] = []
+    async with fresh_store() as store:
+        store.retry_listener = events.append
+        fault_proxy.inject("slowdown", "drop", "drop")
+        await store.put("state/listened.json", b"{}")
+        fault_proxy.inject("internal")
+        await store.delete("state/listened.json")
+    assert [(e.operation, e.attempt) for e in events] == [("PUT", 1), ("PUT", 2), ("DELETE", 1)]
+    assert events[1].cause.startswith("ConnectionClosedError")
+    assert events[0].target == store.uri_for("state/listened.json")
+
+
+@pytest.mark.anyio
+async def test_without_a_listener_each_retry_is_one_warning(
+    fresh_store: Callable[[], S3Store], fault_proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    fault_proxy.inject("slowdown", "internal")
+    async with fresh_store() as store:
+        with caplog.at_level(logging.DEBUG, logger="deltastream.storage"):
+            assert await store.get(KEY) == DATA
+    uri = store.uri_for(KEY)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2
+    for line, cause, n in zip(lines, ["503 SlowDown", "500 InternalError"], [1, 2], strict=True):
+        expected = rf"GET {re.escape(uri)} failed \({cause}\); retry {n} in \d\.\d\ds"
+        assert re.fullmatch(expected, line), line
 
 
 def test_fault_proxy_shuts_down_cleanly(s3_server: Any) -> None:

@@ -1,0 +1,39 @@
+"""Starting a stream over, on the user's explicit request: discard its output and its state.
+
+A stream never removes output it cannot prove it wrote after its committed position (see
+:mod:`deltastream.daemon.sinks`), so a stream whose state is lost, or older than its output,
+refuses to start. :func:`reset_stream` is the knowing way out (``deltastream reset``, or
+``tail --reset``): it removes what the stream wrote to its sink, then its state, so the next
+run starts the stream afresh. A running stream holds its sink's lock, so a reset refuses to
+touch a stream that is running.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from deltastream.daemon.delivery import Sink, StreamRef
+from deltastream.daemon.state import StateStore
+from deltastream.storage import open_store
+
+__all__ = ["reset_stream"]
+
+log = logging.getLogger(__name__)
+
+
+async def reset_stream(
+    name: str,
+    sink: Sink,
+    state: str,
+    state_storage_options: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Discard what stream ``name`` wrote to ``sink`` and its state at ``state``; returns
+    what was removed. Output first: it fails (touching nothing) while the stream runs."""
+    async with open_store(state, dict(state_storage_options or {})) as store:
+        states = StateStore(store)
+        removed = await sink.reset(StreamRef(name, states.uri))
+        removed += await states.reset()
+    for what in removed:
+        log.warning("%s: reset: removed %s", name, what)
+    return removed

@@ -1,0 +1,137 @@
+"""The process a crash-point test starts, and stops at a crash point: one tailer, one sink.
+
+Children are forked from a forkserver that has imported deltastream once, so a run costs
+tens of milliseconds rather than an interpreter start. Each child arms the crash point
+through the environment variable (read the first time a point is passed), follows the table
+with a small ``max_rows_per_delivery`` (so that crashes land inside versions and snapshots)
+and exits 0 when done, :data:`~deltastream.daemon.crashpoints.CRASH_EXIT_STATUS` at the
+crash, or 1 (with a traceback on stderr) on any error.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import multiprocessing.context
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from deltastream.daemon.crashpoints import CRASH_ENV
+from deltastream.daemon.delivery import Delivery, Sink
+from deltastream.daemon.sinks import CallbackSink, parse_sink
+from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+
+__all__ = ["CALLBACK", "Job", "change_tuple", "run_job"]
+
+#: A sink spec prefix for a callback sink that appends each delivery to a file.
+CALLBACK = "callback:"
+STREAM = "s"
+ROWS_PER_DELIVERY = 4
+
+
+@dataclass(frozen=True)
+class Job:
+    uri: str
+    state: str
+    sink: str
+    mode: str
+    start: str
+    #: Follow mode: stop once every version up to this one is delivered.
+    latest: int
+    crash: str = ""
+
+
+def change_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["_commit_version"], row["_change_type"], row["id"], row["name"], row["part"])
+
+
+class _Recorder:
+    """The callback: one JSON line per delivery (key and rows), flushed and fsynced."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, delivery: Delivery) -> None:
+        rows = [list(change_tuple(r)) for b in delivery.batches for r in b.to_pylist()]
+        line = json.dumps({"key": delivery.idempotency_key, "rows": rows}) + "\n"
+        with open(self.path, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _sink(spec: str) -> Sink:
+    if spec.startswith(CALLBACK):
+        return CallbackSink(_Recorder(spec.removeprefix(CALLBACK)))
+    return parse_sink(spec, table=STREAM)
+
+
+async def _main(job: Job) -> None:
+    config = TailConfig(
+        name=STREAM,
+        uri=job.uri,
+        state=job.state,
+        mode=Mode(job.mode),
+        start=StartFrom.parse(job.start),
+        poll_interval=0.02,
+        poll_jitter=0.0,
+        notifications=False,
+        max_rows_per_delivery=ROWS_PER_DELIVERY,
+        checkpoint_every_versions=1,
+    )
+    sink = _sink(job.sink)
+    tailer = Tailer(config, sink)
+
+    async def stop_when_caught_up() -> None:
+        while True:
+            position = tailer.position
+            if position is not None and not position.snapshot and position.version > job.latest:
+                tailer.stop()
+                return
+            await anyio.sleep(0.005)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if config.mode is not Mode.SNAPSHOT:
+                tg.start_soon(stop_when_caught_up)
+            await tailer.run()
+            tg.cancel_scope.cancel()
+    finally:
+        await sink.aclose()
+
+
+def _child(job: Job) -> None:
+    os.environ[CRASH_ENV] = job.crash
+    try:
+        anyio.run(_main, job)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)
+
+
+_context: multiprocessing.context.ForkServerContext | None = None
+
+
+def run_job(job: Job, timeout: float = 60.0) -> int:
+    """Run ``job`` in a child process; its exit status."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(
+            ["crashpoint_child", "deltastream.daemon.tailer", "deltastream.daemon.sinks"]
+        )
+    process = _context.Process(target=_child, args=(job,))
+    process.start()
+    process.join(timeout)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+        raise TimeoutError(f"{job} did not finish within {timeout}s")
+    return process.exitcode

@@ -1,0 +1,484 @@
+"""The crash soak: a ``deltastream serve`` process follows a table that a writer keeps
+changing, and is killed with SIGKILL at random moments, over and over; a last run catches up
+and stops cleanly, then every exactly-once sink must hold each change row exactly once.
+
+Shared by ``tests/daemon/test_crash.py`` (a short run) and
+``tests/benchmarks/soak_crash.py`` (the long one, with a report). Everything happens under
+one root directory: the table, the configuration, the daemon's log, the state directories
+and the sinks' output.
+
+The daemon follows the table with four streams: a ``jsonl`` and a ``parquet`` sink, each once
+with the default state snapshots (every 1000 versions or 600 s: never, in processes that
+live about a second) and once with ``checkpoint_every_versions = 1`` (a snapshot of the
+table's state after every version). Small deliveries (``max_rows_per_delivery``) split
+versions, so kills land inside versions too.
+
+What keeps restarts cheap as the table grows: the table stays small (deletes remove a
+seventh of the rows every ten steps; compaction merges the small files), and a restarted
+stream rebuilds the table's state from its own latest snapshot (``every1`` streams) or from
+the table's newest Delta checkpoint, which the writer writes every ten steps (default
+streams), replaying at most a few commits either way; neither replays the log from 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from tailing import Row, Writer, change_key, create_table, expected_changes
+
+__all__ = [
+    "KINDS",
+    "STREAMS",
+    "SoakOptions",
+    "SoakResult",
+    "StreamResult",
+    "format_report",
+    "position",
+    "read_position",
+    "run_soak",
+    "start_daemon",
+]
+
+#: The writer's cycle of ten steps: nine commits (one of them a compaction) and a checkpoint.
+KINDS = (
+    "append",
+    "update",
+    "append",
+    "delete",
+    "merge",
+    "append",
+    "optimize",
+    "update",
+    "merge",
+    "checkpoint",
+)
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    sink: str  # "jsonl" or "parquet"
+    checkpoint_every_versions: int | None  # None: the default
+
+    @property
+    def label(self) -> str:
+        every = self.checkpoint_every_versions
+        return f"{self.sink}, snapshots {'default' if every is None else f'every {every}'}"
+
+
+STREAMS = (
+    Stream("jsonl", "jsonl", None),
+    Stream("jsonl_every1", "jsonl", 1),
+    Stream("parquet", "parquet", None),
+    Stream("parquet_every1", "parquet", 1),
+)
+
+#: Seconds a kill-and-restart adds to the delay (SIGKILL, wait, reading the positions).
+RESTART_OVERHEAD = 0.05
+
+_RESUMING = re.compile(r": (?P<name>\S+): resuming at \w+ of version (?P<v>\d+) \+ (?P<o>\d+) rows")
+
+
+@dataclass(frozen=True)
+class SoakOptions:
+    kills: int = 1000
+    seed: int = 20261122
+    #: Each daemon process is killed this many seconds (uniform) after it was started.
+    min_delay: float = 0.2
+    max_delay: float = 1.5
+    #: About how many writer steps (nine in ten are commits) per kill: sets the writer's
+    #: interval, unless ``interval`` does. The table grows in proportion to the kills (1,000
+    #: kills: about 2,000 versions), at about the pace the restarted daemon keeps up with on
+    #: 2 cores, so that it is busy (and kills land inside versions) but lags only a little.
+    versions_per_kill: float = 3.0
+    interval: float | None = None
+    max_rows_per_delivery: int = 3
+    poll_interval: float = 0.05
+    initial_rows: int = 12
+    #: Seconds the final run may take to catch up.
+    catch_up_timeout: float = 300.0
+    #: A progress line every this many kills (0: none).
+    progress_every: int = 50
+
+    def writer_interval(self) -> float:
+        if self.interval is not None:
+            return self.interval
+        per_kill = (self.min_delay + self.max_delay) / 2 + RESTART_OVERHEAD
+        return max(0.02, per_kill / self.versions_per_kill)
+
+
+@dataclass
+class StreamResult:
+    name: str
+    label: str
+    expected: int = 0
+    delivered: int = 0
+    lost: int = 0
+    #: Rows delivered more often than the change data feed has them.
+    repeated: int = 0
+    #: Rows delivered that the change data feed does not have at all.
+    unexpected: int = 0
+    #: Kills that left the stream at a new committed position inside a version.
+    killed_mid_version: int = 0
+    #: Of those, kills after which the stream had already been inside that version after
+    #: the previous kill: it resumed inside a version and stopped inside it again.
+    twice_in_version: int = 0
+    #: Restarts logged as "resuming at ... + N rows" with N > 0.
+    resumed_mid_version: int = 0
+    resumed: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.repeated == 0 and self.unexpected == 0
+
+
+@dataclass
+class SoakResult:
+    options: SoakOptions
+    root: Path
+    kills: int = 0
+    #: The table's last version (the streams follow from version 0).
+    latest: int = -1
+    writer_steps: int = 0
+    interval: float = 0.0
+    kill_phase_s: float = 0.0
+    catch_up_s: float = 0.0
+    compare_s: float = 0.0
+    streams: list[StreamResult] = field(default_factory=list)
+    #: Anything that makes the run fail besides lost or repeated rows.
+    problems: list[str] = field(default_factory=list)
+    #: Hidden temporary files left in the parquet sinks' directories.
+    temp_files: list[str] = field(default_factory=list)
+    log_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.problems
+            and not self.temp_files
+            and bool(self.streams)
+            and all(s.ok for s in self.streams)
+        )
+
+
+def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "deltastream", "serve", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+
+def read_position(state: Path) -> tuple[int, int] | None:
+    """The committed (next version, row offset in it) in ``state``; None if there is none."""
+    try:
+        value = json.loads((state / "position.json").read_text())
+        pos = value["position"]
+        return int(pos["version"]), int(pos["offset"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+def position(state: Path) -> int:
+    """The last version the stream in ``state`` delivered completely (-1: none)."""
+    pos = read_position(state)
+    return -1 if pos is None else pos[0] - 1
+
+
+class LogTail:
+    """Reads the lines a file gained since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        return data[:end].decode("utf-8", "replace").splitlines()
+
+
+def tail_of(path: Path, chars: int = 3000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - chars))
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def resumes(lines: list[str]) -> list[tuple[str, int, int]]:
+    """(stream, version, offset) of each "resuming at" line."""
+    found = []
+    for line in lines:
+        m = _RESUMING.search(line)
+        if m:
+            found.append((m["name"], int(m["v"]), int(m["o"])))
+    return found
+
+
+def write_config(root: Path, uri: str, options: SoakOptions) -> Path:
+    tables = []
+    for s in STREAMS:
+        target = root / "out" / (f"{s.name}.jsonl" if s.sink == "jsonl" else s.name)
+        entry = f'[[tables]]\nname = "{s.name}"\nuri = "{uri}"\nsink = "{s.sink}:{target}"\n'
+        if s.checkpoint_every_versions is not None:
+            entry += f"checkpoint_every_versions = {s.checkpoint_every_versions}\n"
+        tables.append(entry)
+    config = root / "deltastream.toml"
+    config.write_text(
+        f"""[server]
+http = ""
+log_format = "text"
+
+[defaults]
+state_dir = "{root / "state"}"
+poll_interval = {options.poll_interval}
+mode = "follow"
+from = "0"
+max_rows_per_delivery = {options.max_rows_per_delivery}
+
+"""
+        + "\n".join(tables)
+    )
+    return config
+
+
+def delivered_rows(root: Path, stream: Stream) -> list[dict[str, Any]]:
+    if stream.sink == "jsonl":
+        path = root / "out" / f"{stream.name}.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    files = sorted((root / "out" / stream.name).glob(f"{stream.name}-*.parquet"))
+    return [r for f in files for r in pq.read_table(f).to_pylist()]
+
+
+def note_kill(
+    result: StreamResult, before: tuple[int, int] | None, after: tuple[int, int] | None
+) -> None:
+    """Count a kill that left the stream at a new position inside a version (``before``: its
+    position after the previous kill)."""
+    if after is None or after[1] == 0 or after == before:
+        return
+    result.killed_mid_version += 1
+    if before is not None and before[0] == after[0] and before[1] > 0:
+        result.twice_in_version += 1
+
+
+def compare(expected: Counter[Row], rows: list[dict[str, Any]], result: StreamResult) -> None:
+    delivered = Counter(change_key(r) for r in rows)
+    surplus = delivered - expected
+    result.expected = expected.total()
+    result.delivered = delivered.total()
+    result.lost = (expected - delivered).total()
+    result.repeated = sum(n for key, n in surplus.items() if key in expected)
+    result.unexpected = sum(n for key, n in surplus.items() if key not in expected)
+
+
+def run_soak(
+    root: Path, options: SoakOptions, progress: Callable[[str], None] | None = None
+) -> SoakResult:
+    """Run the soak under ``root`` (an empty directory) and return what it found; it raises
+    only on errors of its own (the table cannot be created, ...)."""
+    root.mkdir(parents=True, exist_ok=True)
+    uri = str(root / "table")
+    create_table(uri, rows=options.initial_rows)
+    config = write_config(root, uri, options)
+    log = root / "daemon.log"
+    states = {s.name: root / "state" / s.name for s in STREAMS}
+    result = SoakResult(options=options, root=root, interval=options.writer_interval())
+    results = {s.name: StreamResult(s.name, s.label) for s in STREAMS}
+    result.streams = list(results.values())
+    last: dict[str, tuple[int, int] | None] = dict.fromkeys(results)
+
+    def note_resumes(lines: list[str]) -> None:
+        for name, _, offset in resumes(lines):
+            if name in results:
+                results[name].resumed += 1
+                results[name].resumed_mid_version += offset > 0
+
+    writer = Writer(uri, None, interval=result.interval, kinds=KINDS)
+    thread = threading.Thread(target=writer.run, name="soak-writer", daemon=True)
+    rng = random.Random(options.seed)
+    logtail = LogTail(log)
+    t0 = time.monotonic()
+    thread.start()
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        while result.kills < options.kills:
+            proc = start_daemon(config, log)
+            time.sleep(rng.uniform(options.min_delay, options.max_delay))
+            if proc.poll() is not None:
+                result.problems.append(
+                    f"the daemon exited by itself (status {proc.returncode}) after "
+                    f"{result.kills} kills"
+                )
+                break
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            result.kills += 1
+            note_resumes(logtail.lines())
+            for name, state in states.items():
+                now = read_position(state)
+                note_kill(results[name], last[name], now)
+                last[name] = now
+            if writer.error is not None:
+                result.problems.append(f"the writer failed: {writer.error!r}")
+                break
+            if progress and options.progress_every and result.kills % options.progress_every == 0:
+                progress(progress_line(result, writer, states, time.monotonic() - t0))
+    finally:
+        if proc is not None and proc.poll() is None:  # interrupted (^C, ...)
+            proc.kill()
+            proc.wait()
+        writer.stop()
+        thread.join()
+    result.kill_phase_s = time.monotonic() - t0
+    result.writer_steps = writer.steps
+    if writer.error is not None and not any("writer" in p for p in result.problems):
+        result.problems.append(f"the writer failed: {writer.error!r}")
+    if result.problems:
+        result.log_tail = tail_of(log)
+        return result
+    result.latest = DeltaTable(uri).version()
+
+    # The last run: once every stream is up, it catches up, then stops cleanly on SIGTERM.
+    t1 = time.monotonic()
+    if progress:
+        progress(f"final run: catching up to version {result.latest} ...")
+    final_catch_up(config, log, states, result, note_resumes)
+    result.catch_up_s = time.monotonic() - t1
+    if result.problems:
+        result.log_tail = tail_of(log)
+        return result
+
+    t2 = time.monotonic()
+    expected = expected_changes(uri, 0, result.latest)
+    for s in STREAMS:
+        compare(expected, delivered_rows(root, s), results[s.name])
+        if s.sink == "parquet":
+            directory = root / "out" / s.name
+            result.temp_files += [str(p) for p in sorted(directory.glob(".*.tmp"))]
+    result.compare_s = time.monotonic() - t2
+    if not result.ok:
+        result.log_tail = tail_of(log)
+    return result
+
+
+def final_catch_up(
+    config: Path,
+    log: Path,
+    states: dict[str, Path],
+    result: SoakResult,
+    note_resumes: Callable[[list[str]], None],
+) -> None:
+    logtail = LogTail(log)
+    waiting = {name for name, state in states.items() if read_position(state) is not None}
+    proc = start_daemon(config, log)
+    deadline = time.monotonic() + result.options.catch_up_timeout
+    try:
+        while True:
+            lines = logtail.lines()
+            note_resumes(lines)
+            waiting -= {name for name, _, _ in resumes(lines)}
+            if not waiting and all(position(s) >= result.latest for s in states.values()):
+                break
+            if proc.poll() is not None:
+                result.problems.append(
+                    f"the daemon exited by itself (status {proc.returncode}) in the final run"
+                )
+                return
+            if time.monotonic() > deadline:
+                behind = {n: position(s) for n, s in states.items()}
+                result.problems.append(
+                    f"the final run did not catch up to version {result.latest} within "
+                    f"{result.options.catch_up_timeout:.0f} s (delivered up to: {behind}; "
+                    f"not resumed yet: {sorted(waiting)})"
+                )
+                return
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            status = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            result.problems.append("the final run did not exit within 10 s of SIGTERM")
+            return
+        if status != 0:
+            result.problems.append(f"the final run exited with status {status} on SIGTERM")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        note_resumes(logtail.lines())
+
+
+def progress_line(
+    result: SoakResult, writer: Writer, states: dict[str, Path], elapsed: float
+) -> str:
+    latest = writer.last_version
+    behind = ", ".join(f"{n} {max(0, latest - position(s))}" for n, s in states.items())
+    mid = sum(s.killed_mid_version for s in result.streams)
+    return (
+        f"{result.kills}/{result.options.kills} kills, {elapsed:.0f} s, table at version "
+        f"{latest}; versions behind: {behind}; kills that left a stream mid-version: {mid}"
+    )
+
+
+def format_report(result: SoakResult) -> str:
+    """The per-stream figures and any problems, as text."""
+    opts = result.options
+    lines = [
+        f"kills        : {result.kills} (each {opts.min_delay}-{opts.max_delay} s after start, "
+        f"seed {opts.seed})",
+        f"table        : {result.latest + 1} versions (0..{result.latest}), "
+        f"{result.writer_steps} writer steps every {result.interval:.3f} s",
+        f"time         : kills {result.kill_phase_s:.0f} s "
+        f"({result.kill_phase_s / max(result.kills, 1):.2f} s/kill), final catch-up "
+        f"{result.catch_up_s:.1f} s, comparison {result.compare_s:.1f} s",
+        "",
+        f"{'stream':<16} {'sink, snapshots':<26} {'kills':>6} {'versions':>8} {'expected':>9} "
+        f"{'delivered':>9} {'lost':>6} {'repeated':>8} {'mid-ver':>7} {'twice':>6} "
+        f"{'resumed-mid':>11}",
+    ]
+    for s in result.streams:
+        lines.append(
+            f"{s.name:<16} {s.label:<26} {result.kills:>6} {result.latest + 1:>8} "
+            f"{s.expected:>9} {s.delivered:>9} {s.lost:>6} {s.repeated:>8} "
+            f"{s.killed_mid_version:>7} {s.twice_in_version:>6} {s.resumed_mid_version:>11}"
+            + (f"  ({s.unexpected} rows not in the change data feed)" if s.unexpected else "")
+        )
+    lines += [
+        "",
+        "mid-ver: kills that left a stream at a new position inside a version; twice: of "
+        "those, kills after the stream had resumed inside that same version (stopped twice "
+        "inside one version); resumed-mid: restarts logged 'resuming at ... + N rows', N > 0",
+    ]
+    if result.temp_files:
+        lines.append(f"temporary files left behind: {result.temp_files}")
+    lines += [f"PROBLEM: {p}" for p in result.problems]
+    lines.append(f"RESULT: {'PASS' if result.ok else 'FAIL'}")
+    return "\n".join(lines)

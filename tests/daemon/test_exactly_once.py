@@ -1,0 +1,272 @@
+"""The exactly-once scenarios users hit: stops inside one version or one snapshot, and
+committed output that recovery must never destroy (a lost or damaged state, a sink shared by
+two streams). Each runs the real tailer, and the command line where the user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from tailing import CDF, SMALL_GROUPS, batch, change_key, run_tailer_until
+
+from deltastream.cli import run
+from deltastream.daemon.config import parse_config
+from deltastream.daemon.sinks import parse_sink
+from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+from deltastream.errors import InvalidArgumentError
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """v0: 10 rows; v1: 120 rows in 30 row groups; v2: an update."""
+    uri = str(tmp_path_factory.mktemp("exactly-once") / "table")
+    write_deltalake(uri, batch(range(10)), partition_by=["part"], configuration=CDF)
+    write_deltalake(uri, batch(range(100, 220)), mode="append", writer_properties=SMALL_GROUPS)
+    DeltaTable(uri).update(
+        predicate="id % 5 = 0",
+        updates={"name": "concat(name, '+')"},
+        writer_properties=SMALL_GROUPS,
+    )
+    return uri
+
+
+def expected(uri: str, mode: Mode) -> Counter[tuple[Any, ...]]:
+    t = DeltaTable(uri)
+    if mode is Mode.SNAPSHOT:
+        rows = pa.table(t.to_pyarrow_table()).to_pylist()
+        return Counter(
+            change_key({**r, "_commit_version": t.version(), "_change_type": "insert"})
+            for r in rows
+        )
+    cdf = pa.table(t.load_cdf(starting_version=1, ending_version=t.version()))
+    return Counter(change_key(r) for r in cdf.to_pylist())
+
+
+def sink_rows(spec: str) -> list[dict[str, Any]]:
+    kind, _, where = spec.partition(":")
+    if kind == "jsonl":
+        return [json.loads(line) for line in Path(where).read_text().splitlines()]
+    files = sorted(Path(where).glob("*.parquet"))
+    return [r for f in files for r in pq.read_table(f).to_pylist()]
+
+
+@pytest.mark.parametrize("mode", [Mode.FOLLOW, Mode.SNAPSHOT])
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+@pytest.mark.anyio
+async def test_stopped_twice_inside_one_version_or_snapshot_every_row_arrives_once(
+    table: str, mode: Mode, kind: str, tmp_path: Path
+) -> None:
+    spec = f"{kind}:{tmp_path / ('out.jsonl' if kind == 'jsonl' else 'out')}"
+    config = TailConfig(
+        name="t",
+        uri=table,
+        state=str(tmp_path / "state"),
+        mode=mode,
+        start=StartFrom(version=1 if mode is Mode.FOLLOW else 2),
+        poll_interval=0.02,
+        notifications=False,
+        max_rows_per_delivery=1,
+    )
+    latest = DeltaTable(table).version()
+    positions = []
+    for deliveries in (4, 3):  # stopped (as by SIGTERM) inside version 1 / the snapshot, twice
+        async with parse_sink(spec, table="t") as sink:
+            tailer = await run_tailer_until(
+                config, sink, lambda t, n=deliveries: t.metrics.deliveries >= n
+            )
+        assert tailer.position is not None and tailer.position.offset > 0
+        positions.append(tailer.position)
+    assert positions[0] < positions[1] and positions[0].version == positions[1].version
+
+    def done(t: Tailer) -> bool:
+        p = t.position
+        return p is not None and not p.snapshot and p.version > latest
+
+    async with parse_sink(spec, table="t") as sink:
+        if mode is Mode.SNAPSHOT:
+            await Tailer(config, sink).run()  # returns once delivered
+        else:
+            await run_tailer_until(config, sink, done)
+    rows = sink_rows(spec)
+    assert Counter(change_key(r) for r in rows) == expected(table, mode)
+    assert len(rows) == sum(expected(table, mode).values())
+
+
+# ------------------------------------------------------------------ committed output is kept
+
+
+def tail(*args: str) -> int:
+    return run(["tail", *args, "--progress", "never"])
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.fixture
+def delivered(table: str, tmp_path: Path) -> tuple[str, Path, Path, bytes]:
+    """A snapshot stream delivered to a jsonl file in several deliveries: (table, state,
+    output, its bytes)."""
+    state, out = tmp_path / "state", tmp_path / "out.jsonl"
+    args = ("--mode", "snapshot", "--max-rows-per-delivery", "10")
+    assert tail(table, *args, "--state", str(state), "--sink", f"jsonl:{out}") == 0
+    return table, state, out, out.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["empty", "mistyped"])
+def test_a_missing_state_refuses_and_keeps_the_output(
+    delivered: tuple[str, Path, Path, bytes],
+    how: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table, _, out, content = delivered
+    other = tmp_path / ("empty-state" if how == "empty" else "stat")
+    if how == "empty":
+        other.mkdir()
+    capsys.readouterr()
+    assert tail(table, "--mode", "snapshot", "--state", str(other), "--sink", f"jsonl:{out}") == 2
+    line = one_line_error(capsys)
+    assert str(out) in line and str(other) in line and "deltastream reset" in line
+    assert out.read_bytes() == content
+
+
+def test_a_position_json_that_is_a_directory_is_an_error(
+    delivered: tuple[str, Path, Path, bytes],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table, _, out, content = delivered
+    state = tmp_path / "state2"
+    (state / "position.json").mkdir(parents=True)
+    new_out = tmp_path / "new.jsonl"
+    capsys.readouterr()
+    args = ("--mode", "snapshot", "--state", str(state))
+    assert tail(table, *args, "--sink", f"jsonl:{new_out}") == 2
+    assert "position.json: is a directory" in one_line_error(capsys)
+    # ... and with output already there, that output is refused, not wiped.
+    assert tail(table, *args, "--sink", f"jsonl:{out}") == 2
+    assert out.read_bytes() == content
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ({"bytes": 0}, "cannot prove it wrote after that commit"),
+        ({"bytes": 10**9}, "were committed"),
+        ({"bytes": 12, "tail": "0" * 32}, "is not the output the state"),
+    ],
+)
+def test_a_damaged_committed_size_refuses_and_keeps_the_output(
+    delivered: tuple[str, Path, Path, bytes],
+    edit: dict[str, Any],
+    problem: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table, state, out, content = delivered
+    position = state / "position.json"
+    value = json.loads(position.read_text())
+    value["sink"] = edit
+    value["position"]["offset"] = 0
+    value["position"]["snapshot"] = True
+    value["position"]["version"] -= 1
+    position.write_text(json.dumps(value))
+    capsys.readouterr()
+    args = ("--mode", "snapshot", "--state", str(state), "--sink", f"jsonl:{out}")
+    assert tail(table, *args) == 2
+    line = one_line_error(capsys)
+    assert problem in line and str(out) in line
+    assert out.read_bytes() == content
+
+
+def test_reset_starts_a_stream_over_knowingly(
+    delivered: tuple[str, Path, Path, bytes],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table, state, out, content = delivered
+    other = tmp_path / "fresh-state"
+    args = ("--mode", "snapshot", "--sink", f"jsonl:{out}")
+    assert tail(table, "--state", str(other), *args) == 2  # refused: output exists
+    assert tail(table, "--state", str(other), *args, "--reset") == 0
+    assert out.read_bytes() == content  # delivered afresh, once
+    capsys.readouterr()
+    assert run(["reset", "--state", str(state), "--sink", f"jsonl:{out}", "--name", "out"]) == 0
+    removed = json.loads(capsys.readouterr().out)["removed"]
+    assert any(str(out) in r for r in removed) and any("position.json" in r for r in removed)
+    assert not out.exists() and not (state / "position.json").exists()
+    assert tail(table, "--state", str(state), *args) == 0
+    assert out.read_bytes() == content
+
+
+# ------------------------------------------------------------------ one writer per sink
+
+
+def test_a_config_with_two_streams_on_one_output_is_refused(tmp_path: Path) -> None:
+    def config(sink_a: str, sink_b: str) -> dict[str, Any]:
+        return {
+            "defaults": {"state_dir": str(tmp_path / "state"), "uri": str(tmp_path / "t")},
+            "tables": [{"name": "a", "sink": sink_a}, {"name": "b", "sink": sink_b}],
+        }
+
+    out = tmp_path / "out.jsonl"
+    for a, b in [
+        (f"jsonl:{out}", f"jsonl:{out}"),
+        (f"jsonl:{out}", f"jsonl:{tmp_path}/x/../out.jsonl"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match="streams 'a' and 'b' write to the same"):
+            parse_config(config(a, b))
+    # Distinct files, one parquet directory for two streams, standard output: accepted.
+    parse_config(config(f"jsonl:{out}", f"jsonl:{tmp_path}/other.jsonl"))
+    parse_config(config(f"parquet:{tmp_path}/p", f"parquet:{tmp_path}/p"))
+    parse_config(config("jsonl:-", "jsonl:-"))
+    with pytest.raises(InvalidArgumentError, match="'kafka:x' is not a sink"):
+        parse_config(config("kafka:x", "jsonl:-"))
+
+
+def test_a_second_process_on_the_same_output_fails_clearly(
+    table: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.jsonl"
+    marker = tmp_path / ".out.jsonl.deltastream"
+    args = ["--mode", "follow", "--from", "0", "--sink", f"jsonl:{out}", "--poll-interval", "0.05"]
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "deltastream",
+            "tail",
+            table,
+            "--state",
+            str(tmp_path / "s1"),
+            *args,
+        ],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (marker.exists() and b'"stream"' in marker.read_bytes()):
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        capsys.readouterr()
+        assert tail(table, "--state", str(tmp_path / "s2"), *args) == 2
+        line = one_line_error(capsys)
+        assert str(out) in line and "being written by stream 'table'" in line
+        assert str(tmp_path / "s1") in line
+        while out.stat().st_size == 0:  # the first one goes on undisturbed
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+    finally:
+        first.terminate()
+        assert first.wait(timeout=20) == 0
