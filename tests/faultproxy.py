@@ -1,32 +1,57 @@
-"""A reverse proxy that injects S3 faults at random, for soak and fault tests.
+"""A reverse proxy that injects S3 faults, queued one by one or at random, for S3 tests.
 
 :class:`FaultProxy` listens on a free 127.0.0.1 port (an aiohttp server on its own event loop
 in its own thread) and forwards every request to an upstream HTTP server (moto) exactly as
 the client sent it: the method, the raw path and query string (no re-encoding), the headers
 (``Host`` included, as the client sent it, so a SigV4 signature still verifies) and the body
-bytes. Connections to the proxy are kept alive as the client asks, as a real S3 endpoint
-does.
+bytes. The upstream's answer goes back unchanged but for hop-by-hop headers.
 
-A fraction of the requests (``rate``, changeable while running) gets a fault instead, drawn
-by a seeded :class:`random.Random`, its kind chosen by ``weights``:
+Some requests get a fault instead. The faults:
 
 * ``slowdown``: ``503 SlowDown`` with S3's XML error body; not forwarded;
 * ``internal``: ``500 InternalError``; not forwarded;
+* ``denied``: ``403 AccessDenied``; not forwarded;
+* ``drop``: the request is read, then the connection is closed (FIN) without an answer;
 * ``reset``: the connection is aborted with a TCP RST before any answer; not forwarded;
 * ``lost``: the request is forwarded (it takes effect upstream), then the connection is
   closed without relaying the answer: a lost response;
-* ``delay``: the request is forwarded after a pause of ``delay_range`` seconds (0.2–2 s).
+* ``delay``: the request is forwarded after a pause of ``delay_range`` seconds (0.2-2 s).
 
-``methods`` and ``path_pattern`` limit the faults to some requests (by default: all). The
-proxy counts requests and faults by kind (:meth:`counts`, thread-safe) and remembers the
-latest faults (:meth:`events`), to tell what happened when a test fails.
+Two ways to pick them, usable together (queued faults come first):
 
-Use it as a context manager, or :meth:`start` and :meth:`stop`::
+* **queued**: :meth:`FaultProxy.inject` queues faults (or ``"pass"``: no fault, to let a
+  request through) that the next requests take, one each, in order: for tests that script
+  exactly what each request meets;
+* **at random**: a fraction of the requests (``rate``, changeable while running) gets a
+  fault, drawn by a seeded :class:`random.Random`, its kind chosen by ``weights`` (by
+  default: equal weights for the :data:`FAULT_KINDS`, the faults a real S3 endpoint gives
+  now and then); for soaks.
+
+``methods`` and ``path_pattern`` limit the faults to some requests (by default: all).
+
+Connections to the proxy are kept alive as the client asks, as a real S3 endpoint does. With
+``keep_alive=False`` every answer carries ``Connection: close`` instead, so that each request
+uses a fresh connection and a fault never leaks into the next request through a reused
+socket (what tests of queued faults want).
+
+The proxy records what it did: :attr:`~FaultProxy.seen` (every request, in order, with its
+outcome: the fault, and ``"forwarded <status>"`` once the upstream answered), recorded before
+the client can see the answer, so tests never race the proxy; :meth:`~FaultProxy.counts`
+(requests, forwarded requests and faults by kind, thread-safe); :meth:`~FaultProxy.events`
+(the latest faults, with their time and the upstream's status), to tell what happened when a
+test fails.
+
+Use it as a context manager, or :meth:`~FaultProxy.start` and :meth:`~FaultProxy.stop`::
 
     with FaultProxy(moto_endpoint, rate=0.1, seed=7) as proxy:
         options = {"endpoint_url": proxy.url, ...}
         ...
         proxy.rate = 0.3
+
+    with FaultProxy(moto_endpoint, keep_alive=False) as proxy:
+        proxy.inject("slowdown", "drop", "drop")
+        ...
+        assert [s.outcome for s in proxy.seen] == ["slowdown", "drop", "drop", "forwarded 200"]
 """
 
 from __future__ import annotations
@@ -49,43 +74,47 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 from multidict import CIMultiDict
 from yarl import URL
 
-__all__ = ["DEFAULT_WEIGHTS", "FAULT_KINDS", "FaultEvent", "FaultProxy"]
-
-FAULT_KINDS = ("slowdown", "internal", "reset", "lost", "delay")
-DEFAULT_WEIGHTS: Mapping[str, float] = {kind: 1.0 for kind in FAULT_KINDS}
+__all__ = ["DEFAULT_WEIGHTS", "FAULTS", "FAULT_KINDS", "FaultEvent", "FaultProxy", "Seen"]
 
 _ERRORS: dict[str, tuple[int, str, str]] = {
     "slowdown": (503, "SlowDown", "Please reduce your request rate."),
     "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "denied": (403, "AccessDenied", "Access Denied"),
 }
+#: Every fault the proxy can inject.
+FAULTS = (*_ERRORS, "drop", "reset", "lost", "delay")
+#: The faults drawn at random by default.
+FAULT_KINDS = ("slowdown", "internal", "reset", "lost", "delay")
+DEFAULT_WEIGHTS: Mapping[str, float] = {kind: 1.0 for kind in FAULT_KINDS}
+#: The faults after which the request is forwarded all the same.
+_FORWARDED = frozenset({"lost", "delay"})
 
-# Not forwarded either way: they describe one hop (RFC 9110 7.6.1), or the proxy's client
-# library sets them itself (Content-Length, from the body it sends or relays). ``Expect`` is
-# answered by the proxy (100 Continue) and not signed by botocore.
-_REQUEST_SKIP = frozenset(
+# Not forwarded either way: they describe one hop (RFC 9110 7.6.1).
+_HOP_BY_HOP = frozenset(
     {
         "connection",
         "keep-alive",
         "proxy-connection",
-        "transfer-encoding",
         "te",
         "trailer",
-        "upgrade",
-        "expect",
-        "content-length",
-    }
-)
-_RESPONSE_SKIP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
         "transfer-encoding",
-        "te",
-        "trailer",
         "upgrade",
     }
 )
+# Not forwarded to the upstream either: the proxy's client library sets Content-Length from
+# the body it sends; ``Expect`` is answered by the proxy (100 Continue) and not signed by
+# botocore.
+_REQUEST_SKIP = _HOP_BY_HOP | {"expect", "content-length"}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request that reached the proxy and what the proxy did with it (a request with a
+    ``lost`` or ``delay`` fault is seen twice: the fault, then ``forwarded <status>``)."""
+
+    method: str
+    path: str  # raw path and query
+    outcome: str  # a fault, "forwarded <upstream status>" or "upstream failed"
 
 
 @dataclass(frozen=True)
@@ -111,8 +140,10 @@ class FaultProxy:
         methods: Iterable[str] | None = None,
         path_pattern: str | None = None,
         delay_range: tuple[float, float] = (0.2, 2.0),
+        keep_alive: bool = True,
         port: int = 0,
         keep_events: int = 10_000,
+        keep_seen: int = 100_000,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
@@ -128,11 +159,14 @@ class FaultProxy:
         self.methods = frozenset(m.upper() for m in methods) if methods is not None else None
         self.path_pattern = re.compile(path_pattern) if path_pattern is not None else None
         self.delay_range = delay_range
+        self.keep_alive = keep_alive
         self._requested_port = port
+        self._queue: deque[str] = deque()
         self._requests = 0
         self._forwarded = 0
         self._faults: Counter[str] = Counter()
         self._events: deque[FaultEvent] = deque(maxlen=keep_events)
+        self._seen: deque[Seen] = deque(maxlen=keep_seen)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -141,7 +175,7 @@ class FaultProxy:
         self._startup_error: BaseException | None = None
         self.port = 0
 
-    # ---------------------------------------------------------------- settings and counts
+    # ---------------------------------------------------------------- settings and faults
 
     @property
     def url(self) -> str:
@@ -162,15 +196,37 @@ class FaultProxy:
             self._rate = value
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
-        unknown = sorted(set(weights) - set(FAULT_KINDS))
+        unknown = sorted(set(weights) - set(FAULTS))
         if unknown:
-            raise ValueError(f"unknown fault kinds {unknown}; known: {FAULT_KINDS}")
-        kinds = tuple(k for k in FAULT_KINDS if weights.get(k, 0) > 0)
+            raise ValueError(f"unknown fault kinds {unknown}; known: {FAULTS}")
+        kinds = tuple(k for k in FAULTS if weights.get(k, 0) > 0)
         if not kinds:
             raise ValueError("at least one fault kind needs a positive weight")
         with self._lock:
             self._kinds = kinds
             self._weights = tuple(float(weights[k]) for k in kinds)
+
+    def inject(self, *faults: str) -> None:
+        """Queue faults (or ``"pass"``) for the next requests, one each, in order."""
+        unknown = [f for f in faults if f not in (*FAULTS, "pass")]
+        if unknown:
+            raise ValueError(f"unknown faults {unknown}; known: {(*FAULTS, 'pass')}")
+        with self._lock:
+            self._queue.extend(faults)
+
+    @property
+    def pending(self) -> int:
+        """Queued faults not taken yet."""
+        with self._lock:
+            return len(self._queue)
+
+    # ---------------------------------------------------------------- what happened
+
+    @property
+    def seen(self) -> list[Seen]:
+        """The requests seen (the latest ``keep_seen`` records at most), oldest first."""
+        with self._lock:
+            return list(self._seen)
 
     def counts(self) -> dict[str, int]:
         """``requests`` (every request received), ``forwarded`` (requests that reached the
@@ -182,7 +238,7 @@ class FaultProxy:
                 "forwarded": self._forwarded,
                 "faults": sum(self._faults.values()),
             }
-            out.update({kind: self._faults[kind] for kind in FAULT_KINDS})
+            out.update({kind: self._faults[kind] for kind in FAULTS})
             return out
 
     def events(self) -> list[FaultEvent]:
@@ -190,8 +246,11 @@ class FaultProxy:
         with self._lock:
             return list(self._events)
 
-    def reset_counts(self) -> None:
+    def reset(self) -> None:
+        """Forget queued faults, seen requests, counts and events."""
         with self._lock:
+            self._queue.clear()
+            self._seen.clear()
             self._requests = self._forwarded = 0
             self._faults.clear()
             self._events.clear()
@@ -203,19 +262,31 @@ class FaultProxy:
                 return None
             if self.path_pattern is not None and not self.path_pattern.search(path):
                 return None
-            if self._rate <= 0 or self._rng.random() >= self._rate:
+            if self._queue:
+                kind = self._queue.popleft()
+                if kind == "pass":
+                    return None
+            elif self._rate <= 0 or self._rng.random() >= self._rate:
                 return None
-            kind = self._rng.choices(self._kinds, self._weights)[0]
+            else:
+                kind = self._rng.choices(self._kinds, self._weights)[0]
             self._faults[kind] += 1
+            self._seen.append(Seen(method, path, kind))
             return kind
 
     def _delay(self) -> float:
         with self._lock:
             return self._rng.uniform(*self.delay_range)
 
-    def _record(self, event: FaultEvent) -> None:
+    def _record(
+        self, seen: Seen | None = None, event: FaultEvent | None = None, forwarded: bool = False
+    ) -> None:
         with self._lock:
-            self._events.append(event)
+            if seen is not None:
+                self._seen.append(seen)
+            if event is not None:
+                self._events.append(event)
+            self._forwarded += forwarded
 
     # ---------------------------------------------------------------- life cycle
 
@@ -234,6 +305,8 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        """Stop listening and close the connections (a request still waiting for the
+        upstream gets 1 s to finish)."""
         thread, loop, stop = self._thread, self._loop, self._stop
         if thread is None:
             return
@@ -282,7 +355,7 @@ class FaultProxy:
         app = web.Application(client_max_size=1 << 30)
         self._session = session
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         try:
             site = web.TCPSite(runner, "127.0.0.1", self._requested_port)
@@ -303,29 +376,37 @@ class FaultProxy:
         body = await request.read()
         method, path = request.method, request.raw_path
         kind = self._choose(method, path)
-        if kind in _ERRORS:
-            self._record(FaultEvent(time.time(), kind, method, path))
-            return _error_response(method, *_ERRORS[kind])
-        if kind == "reset":
-            self._record(FaultEvent(time.time(), kind, method, path))
-            _abort(request, rst=True)
+        if kind is not None and kind not in _FORWARDED:
+            self._record(event=FaultEvent(time.time(), kind, method, path))
+            if kind in _ERRORS:
+                return self._answer(_error_response(method, *_ERRORS[kind]))
+            _abort(request, rst=kind == "reset")  # drop, reset
             return web.Response(status=500)  # never written: the connection is gone
         if kind == "delay":
             await asyncio.sleep(self._delay())
         try:
             status, reason, headers, data = await self._forward(request, body)
         except Exception as e:  # the upstream failed: say so, as a gateway would
-            return web.Response(status=502, text=f"fault proxy: upstream failed: {e!r}")
-        with self._lock:
-            self._forwarded += 1
-        if kind is not None:
-            self._record(FaultEvent(time.time(), kind, method, path, status))
+            self._record(Seen(method, path, "upstream failed"))
+            return self._answer(
+                web.Response(status=502, text=f"fault proxy: upstream failed: {e!r}")
+            )
+        self._record(
+            Seen(method, path, f"forwarded {status}"),
+            FaultEvent(time.time(), kind, method, path, status) if kind is not None else None,
+            forwarded=True,
+        )
         if kind == "lost":
             _abort(request, rst=False)
             return web.Response(status=500)  # never written
         response = web.Response(status=status, reason=reason, headers=headers)
         if method != "HEAD":
             response.body = data
+        return self._answer(response)
+
+    def _answer(self, response: web.Response) -> web.Response:
+        if not self.keep_alive:
+            response.force_close()  # sends Connection: close, then closes
         return response
 
     async def _forward(
@@ -344,7 +425,7 @@ class FaultProxy:
             payload = await upstream.read()
             out: CIMultiDict[str] = CIMultiDict()
             for name, value in upstream.headers.items():
-                if name.lower() in _RESPONSE_SKIP:
+                if name.lower() in _HOP_BY_HOP:
                     continue
                 if name.lower() == "content-length" and request.method != "HEAD":
                     continue  # set from the relayed body

@@ -71,6 +71,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -244,10 +245,10 @@ def _tail_digest(tail: bytes) -> str:
 
 
 def _reset_hint(stream: StreamRef, spec: str) -> str:
-    return (
-        f"to discard the stream's output and start over: deltastream reset --state "
-        f"{stream.state_uri} --sink {spec} --name {stream.name}"
+    command = shlex.join(
+        ["deltastream", "reset", "--state", stream.state_uri, "--sink", spec, "--name", stream.name]
     )
+    return f"to discard the stream's output and start over: {command}"
 
 
 class JsonlSink(Sink):

@@ -34,8 +34,7 @@ import pyarrow as pa
 from benchlib import until
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: conftest
-sys.path.insert(0, str(HERE.parent / "storage"))  # the counting proxy
+sys.path.insert(0, str(HERE.parent))  # tests/: conftest, faultproxy (the counting proxy)
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 
@@ -95,7 +94,7 @@ def s3_part(seconds: float, poll: float) -> None:
     import boto3
     from conftest import free_port
     from deltalake import DeltaTable, write_deltalake
-    from fault_proxy import FaultProxy
+    from faultproxy import FaultProxy
     from moto.server import ThreadedMotoServer
 
     port = free_port()
@@ -125,7 +124,9 @@ def s3_part(seconds: float, poll: float) -> None:
     write_deltalake(uri, table, configuration=CDF, storage_options=rs_options(endpoint))
     for _ in range(4):
         write_deltalake(uri, table, mode="append", storage_options=rs_options(endpoint))
-    ours, theirs = FaultProxy(endpoint), FaultProxy(endpoint)
+    # No faults: the proxies only count requests (a fresh connection each, as ever).
+    ours = FaultProxy(endpoint, keep_alive=False).start()
+    theirs = FaultProxy(endpoint, keep_alive=False).start()
     stop = threading.Event()
     reference_polls = 0
 
@@ -169,8 +170,8 @@ def s3_part(seconds: float, poll: float) -> None:
         f"  target one LIST per poll, zero GET: {'PASS' if ok else 'FAIL'} "
         f"({list_per_poll:.2f} LIST/poll, {gets} GET/HEAD)"
     )
-    ours.close()
-    theirs.close()
+    ours.stop()
+    theirs.stop()
     server.stop()
 
 

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from faultproxy import FAULT_KINDS, FaultEvent, FaultProxy
-from tailing import CDF, Row, batch, change_key
+from tailing import CDF, Row, Writer, batch, change_key
 
 __all__ = [
     "Phase",
@@ -190,58 +190,6 @@ def deltalake_options(endpoint: str) -> dict[str, str]:
         "AWS_REGION": CREDENTIALS["region"],
         "AWS_ALLOW_HTTP": "true",
     }
-
-
-class TimedWriter:
-    """Commits appends, updates, deletes and merges (as :class:`tailing.Writer` does) from a
-    thread until told to stop, noting when each version's commit returned (``committed``:
-    version -> ``time.time()``)."""
-
-    KINDS = ("append", "update", "append", "delete", "merge")
-
-    def __init__(self, uri: str, interval: float, options: Mapping[str, str]) -> None:
-        self.uri = uri
-        self.interval = interval
-        self.options = dict(options)
-        self.next_id = 1000
-        self.committed: dict[int, float] = {}
-        self.error: BaseException | None = None
-        self.stop_event = threading.Event()
-
-    def step(self, n: int) -> None:
-        table = DeltaTable(self.uri, storage_options=self.options)
-        before = table.version()
-        kind = self.KINDS[n % len(self.KINDS)]
-        if kind == "append":
-            write_deltalake(table, batch(range(self.next_id, self.next_id + 4)), mode="append")
-            self.next_id += 4
-        elif kind == "update":
-            table.update(predicate=f"id % 4 = {n % 4}", updates={"name": "concat(name, '+')"})
-        elif kind == "delete":
-            table.delete(f"id % 7 = {n % 7}")
-        else:
-            source = batch(range(self.next_id - 2, self.next_id + 2), name="m")
-            self.next_id += 2
-            (
-                table.merge(source, predicate="t.id = s.id", source_alias="s", target_alias="t")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute()
-            )
-        returned = time.time()
-        version = DeltaTable(self.uri, storage_options=self.options).version()
-        for v in range(before + 1, version + 1):  # the only writer: new versions are ours
-            self.committed[v] = returned
-
-    def run(self) -> None:
-        n = 0
-        try:
-            while not self.stop_event.is_set():
-                self.step(n)
-                n += 1
-                self.stop_event.wait(self.interval)
-        except BaseException as e:
-            self.error = e
 
 
 class SinkWatch:
@@ -518,7 +466,8 @@ def run_scenario(
     died: str | None = None
     exit_status: int | None = None
     stop_seconds: float | None = None
-    writer = TimedWriter(uri, scenario.interval, writer_options)
+    # Until stopped; its ``committed`` times each version for the delays.
+    writer = Writer(uri, None, interval=scenario.interval, storage_options=writer_options)
     watching = threading.Event()
 
     def watch() -> None:
@@ -526,6 +475,10 @@ def run_scenario(
             for w in watches.values():
                 w.poll()
             watching.wait(0.05)
+
+    def write() -> None:
+        with contextlib.suppress(BaseException):  # the report tells writer.error
+            writer.run()
 
     def scrape_metrics() -> None:
         while not watching.is_set():
@@ -551,7 +504,7 @@ def run_scenario(
             )
         watcher = threading.Thread(target=watch, name="sink-watch", daemon=True)
         scraper = threading.Thread(target=scrape_metrics, name="scrape", daemon=True)
-        writer_thread = threading.Thread(target=writer.run, name="writer", daemon=True)
+        writer_thread = threading.Thread(target=write, name="writer", daemon=True)
         try:
             watcher.start()
             scraper.start()
@@ -568,7 +521,7 @@ def run_scenario(
                 now = proxy.counts()
                 faults[f"phase {i} ({phase.rate:.0%}, {phase.seconds:g} s)"] = _diff(now, before)
                 before = now
-            writer.stop_event.set()
+            writer.stop()
             writer_thread.join()
             last = DeltaTable(uri, storage_options=writer_options).version()
             say(f"writer stopped at version {last}; waiting for the daemon to catch up")
@@ -596,7 +549,7 @@ def run_scenario(
             faults["total"] = proxy.counts()
             fault_events = proxy.events()
         finally:
-            writer.stop_event.set()
+            writer.stop()
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -110,7 +111,8 @@ class Writer:
     the four writes there are ``"optimize"`` (compaction, a ``dataChange=false`` commit, or
     none when there is nothing to compact) and ``"checkpoint"`` (a Delta checkpoint of the
     latest version, no commit). ``commits`` is the number of steps, or None to run until
-    :meth:`stop`."""
+    :meth:`stop`. ``committed`` notes when each new version was committed (the writer
+    being the table's only one): version -> ``time.time()`` when the step's write returned."""
 
     KINDS: tuple[str, ...] = ("append", "update", "append", "delete", "merge")
 
@@ -138,9 +140,11 @@ class Writer:
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self.last_version = -1
+        self.committed: dict[int, float] = {}
 
     def step(self, n: int) -> None:
         table = DeltaTable(self.uri, storage_options=self.options)
+        before = table.version()
         kind = self.kinds[n % len(self.kinds)]
         if kind == "append":
             write_deltalake(table, batch(range(self.next_id, self.next_id + 4)), mode="append")
@@ -162,8 +166,11 @@ class Writer:
             table.optimize.compact()
         else:
             table.create_checkpoint()
+        returned = time.time()
         self.steps += 1
         self.last_version = DeltaTable(self.uri, storage_options=self.options).version()
+        for version in range(before + 1, self.last_version + 1):
+            self.committed[version] = returned
 
     def stop(self) -> None:
         """Make :meth:`run` return after the step under way (no effect once it returned)."""

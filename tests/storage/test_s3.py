@@ -4,7 +4,8 @@ retry policy against real HTTP faults, the client's lifecycle, and change feeds 
 bucket's event notifications through moto's SQS (moto delivers them as S3 does).
 
 Nothing is patched: every request goes through aiobotocore and aiohttp to a real socket.
-Faults come from :class:`fault_proxy.FaultProxy`, an HTTP reverse proxy in front of moto.
+Faults come from :class:`faultproxy.FaultProxy`, an HTTP reverse proxy in front of moto, with
+queued faults and ``Connection: close`` on every answer (:func:`new_proxy`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from urllib.parse import quote, quote_plus, urlsplit
 import aiohttp
 import anyio
 import pytest
-from fault_proxy import FaultProxy
+from faultproxy import FaultProxy
 from storage_contract import Harness, StoreContract, byte_order, collect
 
 from deltastream.errors import (
@@ -110,13 +111,16 @@ class TestS3StoreContract(StoreContract):
     pass
 
 
+def new_proxy(upstream: str) -> FaultProxy:
+    """A fault proxy for queued faults (not started): a fresh connection per request, so
+    that a fault never leaks into the next request through a reused socket."""
+    return FaultProxy(upstream, keep_alive=False)
+
+
 @pytest.fixture(scope="module")
 def passthrough_proxy(s3_server: Any) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(s3_server.endpoint)
-    try:
+    with new_proxy(s3_server.endpoint) as proxy:
         yield proxy
-    finally:
-        proxy.close()
 
 
 @pytest.fixture(scope="module")
@@ -439,11 +443,8 @@ def retry_bucket(boto: Any) -> str:
 
 @pytest.fixture(scope="module")
 def module_fault_proxy(s3_server: Any) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(s3_server.endpoint)
-    try:
+    with new_proxy(s3_server.endpoint) as proxy:
         yield proxy
-    finally:
-        proxy.close()
 
 
 @pytest.fixture
@@ -749,13 +750,15 @@ async def test_without_a_listener_each_retry_is_one_warning(
 
 
 def test_fault_proxy_shuts_down_cleanly(s3_server: Any) -> None:
-    proxy = FaultProxy(s3_server.endpoint)
+    proxy = new_proxy(s3_server.endpoint).start()
     host, port = proxy.url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
     conn.request("GET", "/")  # moto's bucket listing, forwarded
-    assert conn.getresponse().status == 200
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.getheader("Connection") == "close"
     conn.close()
-    proxy.close()
+    proxy.stop()
     assert [s.outcome for s in proxy.seen] == ["forwarded 200"]
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((host, int(port)), timeout=5).close()
@@ -1061,8 +1064,7 @@ async def test_sqs_feed_ignores_test_events_and_garbage_and_reads_sns_envelopes(
 async def test_sqs_feed_retries_like_every_request(
     s3_server: Any, s3_bucket: Any, sqs: Any, queue: str
 ) -> None:
-    proxy = FaultProxy(s3_server.endpoint)  # its own: long polls outlive the test
-    try:
+    with new_proxy(s3_server.endpoint) as proxy:  # its own: long polls outlive the test
         proxy.inject("slowdown", "internal")
         store = make_store(proxy.url, s3_bucket.name, sqs_queue_url=queue, **FAST_RETRIES)
         async with store:
@@ -1073,8 +1075,6 @@ async def test_sqs_feed_retries_like_every_request(
             assert store.stats.retries == 2
             assert [s.outcome for s in proxy.seen][:2] == ["slowdown", "internal"]
             assert all(s.method == "POST" for s in proxy.seen)  # SQS, not S3
-    finally:
-        proxy.close()
 
 
 @pytest.mark.anyio
@@ -1082,8 +1082,7 @@ async def test_sqs_feed_retries_like_every_request(
 async def test_sqs_feed_errors_surface_from_wait(
     s3_server: Any, s3_bucket: Any, queue: str, problem: str
 ) -> None:
-    proxy = FaultProxy(s3_server.endpoint)
-    try:
+    with new_proxy(s3_server.endpoint) as proxy:
         if problem == "denied":
             proxy.inject("denied")
         else:
@@ -1099,8 +1098,6 @@ async def test_sqs_feed_errors_surface_from_wait(
             with pytest.raises(StorageError, match="failed after 1 attempt"):
                 await feed.wait()  # the feed stays failed
             assert len(proxy.seen) == 1  # and sends nothing more
-    finally:
-        proxy.close()
 
 
 def _sessions(client: Any) -> list[aiohttp.ClientSession]:
