@@ -190,6 +190,28 @@ def test_a_damaged_committed_size_refuses_and_keeps_the_output(
     assert out.read_bytes() == content
 
 
+def test_parquet_output_is_kept_when_the_state_is_missing_or_older(
+    table: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, out = tmp_path / "state", tmp_path / "out"
+    args = ("--mode", "snapshot", "--max-rows-per-delivery", "10", "--sink", f"parquet:{out}")
+    assert tail(table, *args, "--state", str(state)) == 0
+    files = {f.name: f.read_bytes() for f in out.iterdir()}
+    assert len([n for n in files if n.endswith(".parquet")]) > 2
+    # A mistyped state directory, then a position.json restored from an older copy.
+    position = state / "position.json"
+    value = json.loads(position.read_text())
+    value["position"] = {"version": value["position"]["version"] - 1, "snapshot": True, "offset": 0}
+    for where, edit in ((tmp_path / "stat", False), (state, True)):
+        if edit:
+            position.write_text(json.dumps(value))
+        capsys.readouterr()
+        assert tail(table, *args, "--state", str(where)) == 2
+        line = one_line_error(capsys)
+        assert str(out) in line and str(where) in line and "nothing was touched" in line
+        assert {f.name: f.read_bytes() for f in out.iterdir()} == files
+
+
 def test_reset_starts_a_stream_over_knowingly(
     delivered: tuple[str, Path, Path, bytes],
     tmp_path: Path,
