@@ -269,7 +269,8 @@ class ChangeDataError(DeltaStreamError):
 
 
 class ChangeDataNotEnabledError(ChangeDataError):
-    """Versions in the range changed or deleted rows while ``delta.enableChangeDataFeed`` was off.
+    """Versions in the range changed or deleted rows while the change data feed was not in
+    force (the table property off, or writer version 7 without the ``changeDataFeed`` feature).
 
     ``versions`` lists them. Change data can still be inferred from add/remove actions on
     request, at the price of showing rewritten files as whole-file deletes and inserts.
@@ -279,9 +280,10 @@ class ChangeDataNotEnabledError(ChangeDataError):
         self.versions = tuple(sorted(set(versions)))
         super().__init__(
             f"{uri}: change data is not available for version(s) "
-            f"{_format_versions(self.versions)}: they changed rows while "
-            "delta.enableChangeDataFeed was off (ask to infer changes from add/remove actions "
-            "to read them anyway)"
+            f"{_format_versions(self.versions)}: they changed rows while the change data "
+            "feed was not in force (delta.enableChangeDataFeed off, or writer version 7 "
+            "without the changeDataFeed writer feature); ask to infer changes from add/remove "
+            "actions to read them anyway"
         )
         self.uri = uri
 

@@ -6,8 +6,9 @@ actions in each commit. ``_commit_timestamp`` is the in-commit timestamp when th
 enables it for that version, else the commit file's modification time (UTC microseconds).
 
 The whole range is validated before the first row is produced: every commit must still
-exist; versions that changed rows while ``delta.enableChangeDataFeed`` was off are refused
-(unless changes may be inferred from add/remove actions); a column drop or an incompatible
+exist; versions that changed rows while the change data feed was not in force are refused
+(:func:`~deltastream.changes.versions.lacks_change_data`; unless changes may be inferred
+from add/remove actions); a column drop or an incompatible
 type change inside the range is refused, since the range is read with its last schema.
 """
 
@@ -30,7 +31,7 @@ from deltastream.changes.versions import (
     CDF_FIELDS,
     ChangePlanner,
     ChangeSchemas,
-    removes_data,
+    lacks_change_data,
 )
 from deltastream.errors import (
     ChangeDataNotEnabledError,
@@ -53,17 +54,12 @@ from deltastream.snapshot.loader import (
 from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["CDF_FIELDS", "CHANGE_DATA_FEED", "ChangePlan", "open_changes", "plan_changes"]
+__all__ = ["CDF_FIELDS", "ChangePlan", "open_changes", "plan_changes"]
 
-CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 #: Commits read per round trip.
 _COMMIT_CHUNK = 64
 #: File actions kept in memory between validation and output (beyond: read again).
 _CACHE_ACTIONS = 1_000_000
-
-
-def _cdf_enabled(metadata: Metadata) -> bool:
-    return metadata.configuration.get(CHANGE_DATA_FEED, "false").lower() == "true"
 
 
 @dataclass
@@ -119,7 +115,7 @@ async def _validate(store: ObjectStore, start: int, end: int, *, infer_without_c
                             f"{problem}; read the changes before and after it separately",
                         )
                     schema = new_schema
-            if not actions.cdc and not _cdf_enabled(metadata) and removes_data(actions):
+            if lacks_change_data(protocol, metadata, actions):
                 disabled.append(v)
             if ict_enabled_at(metadata, v):
                 info = actions.commit_info

@@ -28,10 +28,18 @@ from deltastream.changes.scan import data_columns
 from deltastream.changes.schema import column_mapping_mode, table_schema
 from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.log.commit import LogActions
+from deltastream.log.table_properties import change_data_feed_in_force
 from deltastream.snapshot.loader import load_snapshot
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["CDF_FIELDS", "ChangePlanner", "ChangeSchemas", "PartitionLookup", "removes_data"]
+__all__ = [
+    "CDF_FIELDS",
+    "ChangePlanner",
+    "ChangeSchemas",
+    "PartitionLookup",
+    "lacks_change_data",
+    "removes_data",
+]
 
 CDF_FIELDS = (
     pa.field("_change_type", pa.string()),
@@ -50,6 +58,20 @@ def removes_data(actions: LogActions) -> bool:
         pc.is_valid(remove), pc.fill_null(pc.struct_field(remove, "dataChange"), False)
     )
     return bool(pc.any(changed).as_py())
+
+
+def lacks_change_data(protocol: Protocol, metadata: Metadata, actions: LogActions) -> bool:
+    """Whether a commit changed rows that its change data should show but does not: it has
+    no ``cdc`` files, deletes or rewrites data, and was written while the change data feed
+    was not in force (:func:`~deltastream.log.table_properties.change_data_feed_in_force`),
+    so its add/remove actions would show rewritten files as whole-file deletes and inserts.
+    ``protocol`` and ``metadata`` are those in force for the commit (its own, if it has
+    them)."""
+    return (
+        not len(actions.cdc)
+        and not change_data_feed_in_force(protocol, metadata)
+        and removes_data(actions)
+    )
 
 
 #: ``(version, path) -> partitionValues`` of the live ``add`` of ``path`` just before

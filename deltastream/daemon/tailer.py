@@ -55,7 +55,7 @@ from deltastream.changes.deletion_vectors import load_deletion_vector
 from deltastream.changes.evolution import SchemaChangeKind, classify_schema_change
 from deltastream.changes.reader import FileRead, ReadSchema, read_file_batches
 from deltastream.changes.schema import column_mapping_mode, table_schema
-from deltastream.changes.versions import ChangePlanner, ChangeSchemas, removes_data
+from deltastream.changes.versions import ChangePlanner, ChangeSchemas, lacks_change_data
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
 from deltastream.daemon.metrics import TableMetrics
@@ -78,6 +78,7 @@ from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import LogFile
 from deltastream.log.segment import LogListing
+from deltastream.log.table_properties import TableProperties
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.incremental import IncrementalState
 from deltastream.snapshot.loader import (
@@ -108,7 +109,6 @@ log = logging.getLogger(__name__)
 
 #: Commits fetched per round trip while catching up.
 _COMMIT_CHUNK = 64
-_CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -742,11 +742,8 @@ class Tailer:
             self._protocol = actions.protocol
         if actions.metadata is not None:
             self._on_metadata(v, actions.metadata)
-        if (
-            not self.config.infer_without_cdf
-            and not len(actions.cdc)
-            and self._metadata.configuration.get(_CHANGE_DATA_FEED, "false").lower() != "true"
-            and removes_data(actions)
+        if not self.config.infer_without_cdf and lacks_change_data(
+            self._protocol, self._metadata, actions
         ):
             raise ChangeDataNotEnabledError(uri, [v])
         if ict_enabled_at(self._metadata, v):
@@ -945,7 +942,7 @@ class Tailer:
         if not due or since <= 0:
             return
         # Like a checkpoint writer, keep only the tombstones within the retention period.
-        retention_ms = _retention_ms(table.metadata)
+        retention_ms = TableProperties.of(table.metadata).deleted_file_retention_ms
         table.expire_tombstones(int(time.time() * 1000) - retention_ms)
         version = await self._states.save_snapshot(table)
         self._saved_version = version
@@ -955,24 +952,6 @@ class Tailer:
         )
         await self._states.prune_snapshots(keep=version)
         log.info("%s: saved the table state at version %d", cfg.name, version)
-
-
-_RETENTION_KEY = "delta.deletedFileRetentionDuration"
-_DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
-_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
-_UNIT_MS = {
-    "millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000,
-    "day": 86_400_000, "week": 604_800_000,
-}  # fmt: skip
-
-
-def _retention_ms(metadata: Metadata | None) -> int:
-    """The table's ``delta.deletedFileRetentionDuration`` (default one week)."""
-    raw = metadata.configuration.get(_RETENTION_KEY) if metadata is not None else None
-    m = _INTERVAL.match(raw or "")
-    if m is None or m.group(2).lower() not in _UNIT_MS:
-        return _DEFAULT_RETENTION_MS
-    return int(m.group(1)) * _UNIT_MS[m.group(2).lower()]
 
 
 async def _index(state: LogState, version: int) -> IncrementalState:

@@ -26,6 +26,12 @@ from deltastream.errors import CorruptCommitError, InvalidArgumentError, Timesta
 from deltastream.log.actions import Metadata
 from deltastream.log.paths import LogFile, commit_key
 from deltastream.log.segment import LogListing
+from deltastream.log.table_properties import (
+    ICT_ENABLED,
+    ICT_ENABLEMENT_TIMESTAMP,
+    ICT_ENABLEMENT_VERSION,
+    TableProperties,
+)
 from deltastream.storage.base import ObjectStore
 
 __all__ = [
@@ -39,10 +45,6 @@ __all__ = [
     "read_in_commit_timestamp",
     "resolve_timestamp",
 ]
-
-ICT_ENABLED = "delta.enableInCommitTimestamps"
-ICT_ENABLEMENT_VERSION = "delta.inCommitTimestampEnablementVersion"
-ICT_ENABLEMENT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
 
 
 class TimestampSearch(enum.Enum):
@@ -70,13 +72,7 @@ def format_ms(ms: int) -> str:
 
 def ict_enabled_at(metadata: Metadata | None, version: int) -> bool:
     """Whether ``version`` carries an in-commit timestamp, according to ``metadata``."""
-    if metadata is None or metadata.configuration.get(ICT_ENABLED, "").lower() != "true":
-        return False
-    since = metadata.configuration.get(ICT_ENABLEMENT_VERSION)
-    try:
-        return since is None or version >= int(since)
-    except ValueError:
-        return True
+    return TableProperties.of(metadata).in_commit_timestamp_at(version)
 
 
 async def read_in_commit_timestamp(store: ObjectStore, version: int) -> int:
@@ -195,13 +191,10 @@ async def resolve_timestamp(
 def _enablement_index(metadata: Metadata, versions: list[int]) -> tuple[int, int] | None:
     """``(index of the first version with in-commit timestamps, enablement timestamp)`` when
     the table enabled them after its first available version, else ``None``."""
-    config = metadata.configuration
-    if config.get(ICT_ENABLED, "").lower() != "true":
-        return None
-    try:
-        since = int(config[ICT_ENABLEMENT_VERSION])
-        enabled_at = int(config[ICT_ENABLEMENT_TIMESTAMP])
-    except (KeyError, ValueError):
+    props = TableProperties.of(metadata)
+    since = props.in_commit_timestamp_enablement_version
+    enabled_at = props.in_commit_timestamp_enablement_timestamp
+    if not props.enable_in_commit_timestamps or since is None or enabled_at is None:
         return None
     index = bisect.bisect_left(versions, since)
     return (index, enabled_at) if index > 0 else None

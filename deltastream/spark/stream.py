@@ -44,8 +44,14 @@ from pyspark.sql.streaming.datasource import (
 from deltastream.changes.reader import FileRead, ReadSchema
 from deltastream.changes.scan import table_read_schema
 from deltastream.changes.schema import table_schema
-from deltastream.changes.versions import ChangePlanner, ChangeSchemas, removes_data
+from deltastream.changes.versions import (
+    ChangePlanner,
+    ChangeSchemas,
+    lacks_change_data,
+    removes_data,
+)
 from deltastream.errors import (
+    ChangeDataNotEnabledError,
     CorruptCommitError,
     DataChangeInStreamError,
     InvalidArgumentError,
@@ -142,6 +148,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.source = source
         self._plan = anyio.run(self._load_plan)
         self._versions: dict[int, list[FilePartition]] = {}
+        #: ``(version, protocol, metadata)``: what is in force for commit ``version``.
+        self._table_before: tuple[int, Protocol, Metadata] | None = None
         self._snapshot: tuple[int, pa.Table, tuple[Any, ...]] | None = None
         #: Trigger.AvailableNow: the last version the query may read.
         self._cap: int | None = None
@@ -365,6 +373,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._check(version, actions)
         plan = self._plan
         if plan.changes is not None:
+            protocol, metadata = await self._in_force(store, version, actions)
+            if lacks_change_data(protocol, metadata, actions):
+                raise ChangeDataNotEnabledError(plan.uri, [version])
             timestamp_ms = self._timestamp(version, actions, commit.last_modified_ms)
             tasks = await ChangePlanner(store).plan(version, actions, timestamp_ms, plan.changes)
             files = [
@@ -378,6 +389,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             del self._versions[min(self._versions)]
         self._versions[version] = files
         return files
+
+    async def _in_force(
+        self, store: ObjectStore, version: int, actions: LogActions
+    ) -> tuple[Protocol, Metadata]:
+        """The protocol and metadata in force for commit ``version`` (its own, if it has
+        them). Versions are mostly read in order, so the state after the previous one is
+        kept; otherwise the state before ``version`` is loaded (protocol and metadata only)."""
+        known = self._table_before
+        protocol: Protocol | None = None
+        metadata: Metadata | None = None
+        if known is not None and known[0] == version:
+            protocol, metadata = known[1], known[2]
+        elif version > 0:
+            state, _ = await load_table_state(store, version - 1)
+            protocol, metadata = state.protocol, state.metadata
+        protocol = actions.protocol or protocol
+        metadata = actions.metadata or metadata
+        if protocol is None or metadata is None:
+            raise CorruptCommitError(
+                actions.source, "the table's first commit has no protocol or metadata"
+            )
+        self._table_before = (version + 1, protocol, metadata)
+        return protocol, metadata
 
     def _check(self, version: int, actions: LogActions) -> None:
         plan = self._plan

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pyarrow as pa
 import pytest
+from cdf_tables import upgraded_without_cdf_feature
 from deltalake import DeltaTable, write_deltalake
 from tailing import (
     Collector,
@@ -319,3 +320,26 @@ async def test_vacuumed_data_file_can_be_skipped(
     ids = sorted(r["id"] for r in collector.rows)
     assert 200 in ids and len([i for i in ids if i >= 100 and i < 200]) == len(kept)
     assert {change_key(r)[0] for r in collector.rows} == {1, 2}
+
+
+@pytest.mark.anyio
+async def test_a_rewrite_while_the_feed_was_not_in_force_stops_the_stream(tmp_path: Path) -> None:
+    table = str(tmp_path / "t")
+    upgraded_without_cdf_feature(table)  # v2 rewrites a file: only the table property is on
+    config = fast(
+        TailConfig(
+            name="t",
+            uri=table,
+            state=str(tmp_path / "state"),
+            mode=Mode.FOLLOW,
+            start=StartFrom(version=0),
+            notifications=False,
+        )
+    )
+    collected = Collector()
+    with pytest.raises(ChangeDataNotEnabledError) as caught:
+        await Tailer(config, collected.sink()).run()
+    assert caught.value.versions == (2,)
+    assert Counter((r["_commit_version"], r["_change_type"]) for r in collected.rows) == {
+        (0, "insert"): 50
+    }

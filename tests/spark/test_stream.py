@@ -14,8 +14,10 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
+from cdf_tables import upgraded_without_cdf_feature
 from conftest import S3Bucket
 from deltalake import DeltaTable, write_deltalake
+from deltalake.table import TableFeatures
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
 
 import deltastream as ds
@@ -362,3 +364,43 @@ def test_exclude_regex_in_the_snapshot_and_later_versions(tmp_path: Path) -> Non
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadAllAvailable())
     assert end["version"] == 4 and not end["isInitialSnapshot"]
+
+
+def test_a_change_feed_stream_refuses_a_rewrite_made_while_the_feed_was_not_in_force(
+    tmp_path: Path,
+) -> None:
+    """The rule read_changes and the tailer apply (tests/changes/test_change_data_in_force.py):
+    here the reader starts while the feed is in force, and the table's protocol is upgraded
+    (without the changeDataFeed writer feature) under it."""
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(5)), configuration=CDF)
+    reader = StreamReader(
+        SourceOptions.parse({"path": uri, "readChangeFeed": "true", "startingVersion": "0"})
+    )
+    DeltaTable(uri).delete("id = 0")  # v1: in force, so read from its actions or cdc files
+    DeltaTable(uri).alter.add_feature(
+        [TableFeatures.DeletionVectors], allow_protocol_versions_increase=True
+    )  # v2: protocol (3, 7) without changeDataFeed
+    DeltaTable(uri).delete("id = 1")  # v3: a rewrite with no change data
+    with pytest.raises(ds.ChangeDataNotEnabledError) as caught:
+        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert caught.value.versions == (3,)
+    # A reader started after the upgrade judges version 1 by the protocol of its own time.
+    later = StreamReader(
+        SourceOptions.parse({"path": uri, "readChangeFeed": "true", "startingVersion": "1"})
+    )
+    with pytest.raises(ds.ChangeDataNotEnabledError) as caught:
+        later.latestOffset(later.initialOffset(), ReadAllAvailable())
+    assert caught.value.versions == (3,)
+
+
+def test_the_upgraded_table_is_refused_from_any_start(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    upgraded_without_cdf_feature(uri)
+    for start in ("0", "2"):
+        reader = StreamReader(
+            SourceOptions.parse({"path": uri, "readChangeFeed": "true", "startingVersion": start})
+        )
+        with pytest.raises(ds.ChangeDataNotEnabledError) as caught:
+            reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+        assert caught.value.versions == (2,)
