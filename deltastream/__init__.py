@@ -63,6 +63,7 @@ from deltastream.errors import (
     TimestampOutOfRangeError,
     UnsupportedFeatureError,
     VersionNotFoundError,
+    is_transient,
 )
 from deltastream.log.actions import (
     AddCDCFile,
@@ -161,6 +162,7 @@ __all__ = [
     "UnsupportedFeatureError",
     "VersionNotFoundError",
     "__version__",
+    "is_transient",
     "load_config",
     "open_store",
     "open_table",

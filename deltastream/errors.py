@@ -2,6 +2,9 @@
 
 Every error a user can act on is a :class:`DeltaStreamError`. Messages always name the
 file (or URI) and the problem, so a one-line CLI report is enough to start debugging.
+Whether retrying later may help is a property of the class (:attr:`DeltaStreamError.transient`,
+:func:`is_transient`): only ``StorageError`` (but ``StateConflictError``) and ``SinkError``
+(but its subclasses) are transient.
 
     DeltaStreamError
     ├── InvalidArgumentError          a bad URI, option or version/timestamp argument
@@ -38,6 +41,7 @@ file (or URI) and the problem, so a one-line CLI report is enough to start debug
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 __all__ = [
     "ChangeDataError",
@@ -71,11 +75,17 @@ __all__ = [
     "TimestampOutOfRangeError",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
+    "is_transient",
 ]
 
 
 class DeltaStreamError(Exception):
     """Base class of every error deltastream raises on purpose."""
+
+    #: Whether retrying the work later may succeed: the store or the sink was unavailable,
+    #: not wrong. A daemon restarts a stream after a transient error and stops it for good
+    #: after any other; see :func:`is_transient`.
+    transient: ClassVar[bool] = False
 
 
 class InvalidArgumentError(DeltaStreamError, ValueError):
@@ -84,6 +94,8 @@ class InvalidArgumentError(DeltaStreamError, ValueError):
 
 class StorageError(DeltaStreamError, OSError):
     """The object store failed to answer, after any retries. ``uri`` names the object."""
+
+    transient = True
 
     def __init__(self, uri: str, problem: str) -> None:
         super().__init__(f"{uri}: {problem}")
@@ -107,6 +119,8 @@ class PreconditionFailedError(StorageError):
 
 class StateConflictError(PreconditionFailedError):
     """Another tailer wrote this stream's state since this one last did."""
+
+    transient = False
 
 
 class TableNotFoundError(DeltaStreamError):
@@ -312,7 +326,10 @@ class SinkError(DeltaStreamError):
     """A sink could not deliver rows and retrying would not help (or the retries ran out).
 
     ``sink`` names the destination (a URL, a command), ``problem`` says what went wrong.
+    Transient: a destination that is down now may be up later; the subclasses are not.
     """
+
+    transient = True
 
     def __init__(self, sink: str, problem: str) -> None:
         super().__init__(f"{sink}: {problem}")
@@ -323,6 +340,8 @@ class SinkError(DeltaStreamError):
 class HttpStatusError(SinkError):
     """The HTTP endpoint answered with a status that retrying cannot fix (a 4xx other than
     408, 409 and 429, or a redirect). ``body`` is the start of the response body."""
+
+    transient = False
 
     def __init__(self, url: str, status: int, reason: str, body: str) -> None:
         problem = f"POST rejected with HTTP {status} {reason}".rstrip()
@@ -340,6 +359,20 @@ class SinkRecoveryError(SinkError):
     or exists while the state has no position (or is older than the output). Nothing was
     changed; ``sink`` names the output, and the message the state and how to start over."""
 
+    transient = False
+
 
 class SinkInUseError(SinkError):
     """Another stream (in this process or another one) is writing to the same output."""
+
+    transient = False
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether work that failed with ``error`` may succeed if retried later: the error's
+    class says so for deltastream's own errors (:attr:`DeltaStreamError.transient`); any
+    other exception (an unexpected ``OSError`` such as a full disk, a bug) counts as
+    transient, so that a daemon keeps trying, visibly, rather than stopping on it."""
+    if isinstance(error, DeltaStreamError):
+        return error.transient
+    return isinstance(error, Exception)

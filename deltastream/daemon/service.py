@@ -3,8 +3,10 @@
 Each stream runs in its own task under one anyio task group. A stream that fails with an
 error that retrying cannot fix (a schema change, an unsupported feature, missing commits, a
 vacuumed file, a misconfiguration, another tailer on its state) is marked ``failed`` and
-left stopped; any other error (storage or network trouble, a sink that is down) restarts it
-after a backoff that doubles up to a minute. Either way the other streams go on.
+left stopped; a transient one (:func:`~deltastream.errors.is_transient`: storage or network
+trouble, a sink that is down, an unexpected error) restarts it after a backoff
+(:func:`~deltastream.storage.retry.backoff_delay`, from 1 s up to a minute, with full jitter).
+Either way the other streams go on.
 
 Health (:meth:`Service.health`, served as ``/healthz``) is readiness: whether every stream
 is doing its job. A stream is *degraded* when it failed for good, when it has been retrying
@@ -38,45 +40,18 @@ from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.tailer import Progress, TailConfig, Tailer
 from deltastream.errors import (
-    ChangeDataError,
-    CorruptFileError,
-    DataFileError,
-    DeletionVectorError,
     DeltaStreamError,
-    HttpStatusError,
     InvalidArgumentError,
-    InvalidTableStateError,
-    MissingVersionsError,
-    SinkInUseError,
-    SinkRecoveryError,
-    StateConflictError,
-    TableNotFoundError,
-    UnsupportedFeatureError,
-    VersionNotFoundError,
+    is_transient,
 )
+from deltastream.storage.retry import backoff_delay
 
-__all__ = ["PERMANENT_ERRORS", "Service", "ServiceConfig", "StreamConfig", "single_stream"]
+__all__ = ["Service", "ServiceConfig", "StreamConfig", "single_stream"]
 
 log = logging.getLogger(__name__)
 
-#: Errors that stop a stream for good: retrying would fail the same way.
-PERMANENT_ERRORS: tuple[type[DeltaStreamError], ...] = (
-    InvalidArgumentError,
-    TableNotFoundError,
-    CorruptFileError,
-    MissingVersionsError,
-    InvalidTableStateError,
-    UnsupportedFeatureError,
-    VersionNotFoundError,
-    DataFileError,
-    DeletionVectorError,
-    ChangeDataError,
-    StateConflictError,
-    HttpStatusError,
-    SinkRecoveryError,
-    SinkInUseError,
-)
-
+#: Restart delays: :func:`~deltastream.storage.retry.backoff_delay` from 1 s, capped at 60 s.
+_BACKOFF_BASE = 1.0
 _MAX_BACKOFF = 60.0
 #: A stream that ran this long before failing starts its backoff afresh.
 _HEALTHY_RUN = 300.0
@@ -209,7 +184,7 @@ class Service:
     async def _supervise(self, stream: StreamConfig) -> None:
         name = stream.tail.name
         metrics = self.metrics[name]
-        backoff = 1.0
+        attempt = 0
         while not self.stopping:
             started = time.monotonic()
             try:
@@ -226,14 +201,14 @@ class Service:
                 metrics.status = "stopped"
                 log.info("%s: stopped at %s", name, tailer.position)
                 return
-            except PERMANENT_ERRORS as e:
-                metrics.status = "failed"
-                metrics.record_error(str(e))
-                metrics.errors += 1
-                self.failures[name] = e
-                log.error("%s: stream stopped: %s", name, e)
-                return
             except Exception as e:
+                if isinstance(e, DeltaStreamError) and not is_transient(e):
+                    metrics.status = "failed"
+                    metrics.record_error(str(e))
+                    metrics.errors += 1
+                    self.failures[name] = e
+                    log.error("%s: stream stopped: %s", name, e)
+                    return
                 metrics.errors += 1
                 metrics.restarts += 1
                 metrics.status = "retrying"
@@ -241,10 +216,10 @@ class Service:
                 # A restart is a retry too: a stream that only ever restarts is retrying.
                 metrics.record_retrying()
                 self._record_restart(name)
-                if time.monotonic() - started > _HEALTHY_RUN:
-                    backoff = 1.0
+                attempt = 1 if time.monotonic() - started > _HEALTHY_RUN else attempt + 1
+                backoff = backoff_delay(attempt, _BACKOFF_BASE, _MAX_BACKOFF)
                 log.warning(
-                    "%s: %s; restarting in %.0fs",
+                    "%s: %s; restarting in %.1fs",
                     name,
                     metrics.last_error,
                     backoff,
@@ -252,7 +227,6 @@ class Service:
                 )
                 with anyio.move_on_after(backoff):
                     await self._stopping.wait()
-                backoff = min(backoff * 2, _MAX_BACKOFF)
         metrics.status = "stopped"
 
     def _record_restart(self, name: str) -> None:

@@ -1,11 +1,12 @@
 """The one retry policy of deltastream's network clients, and how a retry is reported.
 
-The S3 store (:mod:`deltastream.storage.s3`) and the daemon's HTTP and exec sinks retry
-transient failures with the same backoff, :func:`backoff_delay`: exponential with full
-jitter. Before sleeping, each retry is described by a :class:`RetryEvent` and handed to the
-client's :data:`RetryListener` if one is set (the daemon counts retries and logs them with
-the stream's name); without a listener the client logs the retry itself at WARNING. Either
-way a retry is never silent, and is reported once.
+The S3 store (:mod:`deltastream.storage.s3`), the daemon's HTTP and exec sinks, and the
+daemon's supervisor (restarting a stream after a transient error, see
+:func:`deltastream.errors.is_transient`) wait with the same backoff, :func:`backoff_delay`:
+exponential with full jitter. Before sleeping, each retry of a request is described by a
+:class:`RetryEvent` and handed to the client's :data:`RetryListener` if one is set (the
+daemon counts retries and logs them with the stream's name); without a listener the client
+logs the retry itself at WARNING. Either way a retry is never silent, and is reported once.
 """
 
 from __future__ import annotations

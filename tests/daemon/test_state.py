@@ -15,9 +15,7 @@ from deltastream.daemon.delivery import Position
 from deltastream.daemon.metrics import TableMetrics, render_prometheus
 from deltastream.daemon.progress import TerminalProgress
 from deltastream.daemon.state import POSITION_KEY, StateStore, StreamState
-from deltastream.daemon.tailer import _retention_ms
 from deltastream.errors import CorruptFileError, InvalidArgumentError, StateConflictError
-from deltastream.log.actions import Metadata
 from deltastream.snapshot.incremental import IncrementalState
 from deltastream.snapshot.loader import load_table_state
 from deltastream.storage import open_store
@@ -95,33 +93,6 @@ async def test_saved_snapshot_is_a_delta_checkpoint(tmp_path: Path) -> None:
     assert sorted(a["path"] for a in adds) == sorted(
         p.removeprefix(uri + "/") for p in DeltaTable(uri).file_uris()
     )
-
-
-@pytest.mark.parametrize(
-    ("configured", "expected_ms"),
-    [
-        (None, 7 * 86_400_000),
-        ("interval 1 week", 604_800_000),
-        ("interval 2 days", 2 * 86_400_000),
-        ("INTERVAL 36 HOURS", 36 * 3_600_000),
-        ("interval 90 minutes", 90 * 60_000),
-        ("nonsense", 7 * 86_400_000),
-    ],
-)
-def test_tombstone_retention_follows_the_table_property(
-    configured: str | None, expected_ms: int
-) -> None:
-    config = {} if configured is None else {"delta.deletedFileRetentionDuration": configured}
-    metadata = Metadata.from_json(
-        {
-            "id": "x",
-            "format": {"provider": "parquet", "options": {}},
-            "schemaString": '{"type":"struct","fields":[]}',
-            "partitionColumns": [],
-            "configuration": config,
-        }
-    )
-    assert _retention_ms(metadata) == expected_ms
 
 
 def test_prometheus_text_and_progress_bar(tmp_path: Path) -> None:

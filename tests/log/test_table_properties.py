@@ -65,3 +65,30 @@ CDF_ON = metadata(**{"delta.enableChangeDataFeed": "true"})
 )
 def test_change_data_feed_in_force(protocol: Protocol, meta: Metadata, in_force: bool) -> None:
     assert change_data_feed_in_force(protocol, meta) is in_force
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected_ms"),
+    [
+        (None, 7 * 86_400_000),
+        ("interval 1 week", 604_800_000),
+        ("interval 2 days", 2 * 86_400_000),
+        ("INTERVAL 36 HOURS", 36 * 3_600_000),
+        ("interval 90 minutes", 90 * 60_000),
+        ("nonsense", 7 * 86_400_000),
+    ],
+)
+def test_tombstone_retention_follows_the_table_property(
+    configured: str | None, expected_ms: int
+) -> None:
+    config = {} if configured is None else {"delta.deletedFileRetentionDuration": configured}
+    meta = Metadata.from_json(
+        {
+            "id": "x",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": '{"type":"struct","fields":[]}',
+            "partitionColumns": [],
+            "configuration": config,
+        }
+    )
+    assert TableProperties.of(meta).deleted_file_retention_ms == expected_ms
