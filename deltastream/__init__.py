@@ -7,8 +7,7 @@ and the errors.
 
 from typing import TYPE_CHECKING, Any
 
-from deltastream.changes.api import read_changes, read_rows, table_changes, table_rows
-from deltastream.changes.stream import BatchStream
+from deltastream.changes.api import read_changes, table_changes
 from deltastream.daemon.api import tail
 from deltastream.daemon.config import load_config
 from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
@@ -76,6 +75,8 @@ from deltastream.log.actions import (
     RemoveFile,
     Txn,
 )
+from deltastream.read.api import read_rows, table_rows
+from deltastream.read.batch_stream import BatchStream
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table, open_table, read_snapshot
 from deltastream.snapshot.timestamps import TimestampSearch

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import anyio
 import pyarrow as pa
 
-from deltastream.changes.api import read_changes, read_rows
+from deltastream.changes.api import read_changes
 from deltastream.daemon.api import default_stream_name
 from deltastream.daemon.config import load_config
 from deltastream.daemon.logs import LOG_FORMATS, configure_logging
@@ -40,6 +40,7 @@ from deltastream.demo import run_demo
 from deltastream.errors import DeltaStreamError, InvalidArgumentError
 from deltastream.log.actions import AddFile
 from deltastream.output import write_json_lines, write_parquet
+from deltastream.read.api import read_rows
 from deltastream.runtime import use_fast_allocator
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table

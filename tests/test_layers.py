@@ -1,5 +1,5 @@
 """The package's layers import in one direction only:
-errors <- storage <- log <- snapshot <- changes <- {spark, daemon, cli}."""
+errors <- storage <- log <- snapshot <- schema <- read <- changes <- {spark, daemon, cli}."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "deltastream"
-LAYERS = {"errors": 0, "storage": 1, "log": 2, "snapshot": 3, "changes": 4}
-TOP = 5  # spark, daemon, cli and the package's own __init__/__main__
+LAYERS = {
+    "errors": 0,
+    "storage": 1,
+    "log": 2,
+    "snapshot": 3,
+    "schema": 4,
+    "read": 5,
+    "changes": 6,
+}
+TOP = 7  # spark, daemon, cli and the package's own __init__/__main__
 #: Network libraries: the object stores use them, and so does the daemon for its own endpoints
 #: (the HTTP sink and the health/metrics server); nothing else may.
 STORAGE_ONLY_IMPORTS = {"aiobotocore", "botocore", "aiohttp", "watchfiles"}

@@ -1,7 +1,8 @@
-"""Table data and the change data feed.
+"""The change data feed: what each commit changed, as rows.
 
-``schema`` maps Delta schemas to Arrow and resolves column mapping; ``partitions`` decodes
-partition values; ``deletion_vectors`` reads deletion vectors; ``predicates`` parses and
-applies simple filters; ``reader`` turns one data file into logical Arrow batches; ``scan``
-reads a snapshot's rows and ``cdf`` produces change data between versions.
+``planner`` turns one commit into the file reads that produce its change rows (``cdc`` files,
+or add/remove actions with the deletion-vector difference) and holds the rule for commits the
+feed does not cover; ``cdf`` validates and reads a range of versions; ``api`` is the public
+entry point. Reading the files is :mod:`deltastream.read`'s job, the schemas
+:mod:`deltastream.schema`'s.
 """

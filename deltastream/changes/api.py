@@ -1,16 +1,13 @@
-"""Public entry points for table rows and change data.
+"""Public entry points for the change data feed.
 
 Async, on an open :class:`~deltastream.Table`::
 
     async with deltastream.open_table(uri) as table:
-        async with await deltastream.table_rows(table, columns=["id"], where="id > 10") as rows:
-            async for batch in rows: ...
         async with await deltastream.table_changes(table, start_version=5) as changes:
             async for batch in changes: ...
 
 Sync, returning a ``pyarrow.RecordBatchReader`` that streams (and owns its clients)::
 
-    reader = deltastream.read_rows("/data/events", version=12)
     reader = deltastream.read_changes("s3://lake/events", start_version=5, storage_options=...)
 """
 
@@ -21,25 +18,11 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from deltastream.changes.cdf import open_changes
-from deltastream.changes.scan import scan_snapshot
-from deltastream.changes.stream import BatchStream, to_record_batch_reader
+from deltastream.read.api import sync_reader
+from deltastream.read.batch_stream import BatchStream
 from deltastream.snapshot.table import Table, TimestampLike, to_epoch_ms
 
-__all__ = ["read_changes", "read_rows", "table_changes", "table_rows"]
-
-
-async def table_rows(
-    table: Table,
-    *,
-    version: int | None = None,
-    timestamp: TimestampLike | None = None,
-    columns: Sequence[str] | None = None,
-    where: str | None = None,
-) -> BatchStream:
-    """The table's rows at a version (default latest), optionally only ``columns`` and only
-    rows matching ``where`` (e.g. ``"country = 'NL' AND amount >= 10"``)."""
-    snapshot = await table.snapshot(version, timestamp=timestamp)
-    return scan_snapshot(table.store, snapshot, columns=columns, where=where)
+__all__ = ["read_changes", "table_changes"]
 
 
 async def table_changes(
@@ -68,36 +51,6 @@ async def table_changes(
     )
 
 
-def _owning(table: Table, stream: BatchStream) -> BatchStream:
-    """``stream``, closing ``table`` when it is closed or exhausted."""
-    return BatchStream(stream.schema, stream, on_close=table.aclose)
-
-
-def read_rows(
-    uri: str,
-    *,
-    version: int | None = None,
-    timestamp: TimestampLike | None = None,
-    columns: Sequence[str] | None = None,
-    where: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
-) -> pa.RecordBatchReader:
-    """Synchronous :func:`table_rows` for scripts: a streaming ``RecordBatchReader``."""
-
-    async def open_stream() -> BatchStream:
-        table = Table(uri, storage_options)
-        try:
-            stream = await table_rows(
-                table, version=version, timestamp=timestamp, columns=columns, where=where
-            )
-        except BaseException:
-            await table.aclose()
-            raise
-        return _owning(table, stream)
-
-    return to_record_batch_reader(open_stream)
-
-
 def read_changes(
     uri: str,
     *,
@@ -111,23 +64,17 @@ def read_changes(
     storage_options: Mapping[str, str] | None = None,
 ) -> pa.RecordBatchReader:
     """Synchronous :func:`table_changes` for scripts: a streaming ``RecordBatchReader``."""
-
-    async def open_stream() -> BatchStream:
-        table = Table(uri, storage_options)
-        try:
-            stream = await table_changes(
-                table,
-                start_version=start_version,
-                end_version=end_version,
-                start_timestamp=start_timestamp,
-                end_timestamp=end_timestamp,
-                columns=columns,
-                infer_without_cdf=infer_without_cdf,
-                allow_empty_range=allow_empty_range,
-            )
-        except BaseException:
-            await table.aclose()
-            raise
-        return _owning(table, stream)
-
-    return to_record_batch_reader(open_stream)
+    return sync_reader(
+        uri,
+        storage_options,
+        lambda table: table_changes(
+            table,
+            start_version=start_version,
+            end_version=end_version,
+            start_timestamp=start_timestamp,
+            end_timestamp=end_timestamp,
+            columns=columns,
+            infer_without_cdf=infer_without_cdf,
+            allow_empty_range=allow_empty_range,
+        ),
+    )

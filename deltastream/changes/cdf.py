@@ -1,13 +1,13 @@
 """The change data feed of a range of versions, as record batches.
 
-What each version produces is :mod:`deltastream.changes.versions`' business; this module
+What each version produces is :mod:`deltastream.changes.planner`' business; this module
 validates and reads a whole range. Output follows ``_commit_version``, then the order of
 actions in each commit. ``_commit_timestamp`` is the in-commit timestamp when the table
 enables it for that version, else the commit file's modification time (UTC microseconds).
 
 The whole range is validated before the first row is produced: every commit must still
 exist; versions that changed rows while the change data feed was not in force are refused
-(:func:`~deltastream.changes.versions.lacks_change_data`; unless changes may be inferred
+(:func:`~deltastream.changes.planner.lacks_change_data`; unless changes may be inferred
 from add/remove actions); a column drop or an incompatible
 type change inside the range is refused, since the range is read with its last schema.
 """
@@ -20,14 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from deltastream.changes.evolution import schema_problem
-from deltastream.changes.reader import FileRead, ReadSchema, read_files
-from deltastream.changes.schema import (
-    column_mapping_mode,
-    table_schema,
-)
-from deltastream.changes.stream import BatchStream
-from deltastream.changes.versions import (
+from deltastream.changes.planner import (
     CDF_FIELDS,
     ChangePlanner,
     ChangeSchemas,
@@ -45,6 +38,13 @@ from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import LogFile
+from deltastream.read.batch_stream import BatchStream
+from deltastream.read.reader import FileRead, ReadSchema, read_files
+from deltastream.schema.evolution import schema_problem
+from deltastream.schema.model import (
+    column_mapping_mode,
+    table_schema,
+)
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.loader import (
     load_table_state,

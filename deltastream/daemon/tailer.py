@@ -51,11 +51,7 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltastream.changes.deletion_vectors import load_deletion_vector
-from deltastream.changes.evolution import SchemaChangeKind, classify_schema_change
-from deltastream.changes.reader import FileRead, ReadSchema, read_file_batches
-from deltastream.changes.schema import column_mapping_mode, table_schema
-from deltastream.changes.versions import ChangePlanner, ChangeSchemas, lacks_change_data
+from deltastream.changes.planner import ChangePlanner, ChangeSchemas, lacks_change_data
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
 from deltastream.daemon.metrics import TableMetrics
@@ -79,6 +75,10 @@ from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import LogFile
 from deltastream.log.segment import LogListing
 from deltastream.log.table_properties import TableProperties
+from deltastream.read.deletion_vectors import load_deletion_vector
+from deltastream.read.reader import FileRead, ReadSchema, read_file_batches
+from deltastream.schema.evolution import SchemaChangeKind, classify_schema_change
+from deltastream.schema.model import column_mapping_mode, table_schema
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.incremental import IncrementalState
 from deltastream.snapshot.loader import (

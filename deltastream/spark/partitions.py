@@ -9,8 +9,8 @@ task costs tens of milliseconds of set-up in a Python worker, so one task per sm
 would spend more time starting tasks than reading.
 
 A partition holds the table's location and storage options, the file's read description
-(:class:`~deltastream.changes.reader.FileRead`: path, partition values, size, version,
-constants, row selection) and how to read it (:class:`~deltastream.changes.reader.ReadSchema`:
+(:class:`~deltastream.read.reader.FileRead`: path, partition values, size, version,
+constants, row selection) and how to read it (:class:`~deltastream.read.reader.ReadSchema`:
 logical schema, column mapping). Everything in it pickles; no store, client or event loop
 crosses to the executors: :func:`read_group` opens its own store. A deletion vector of
 a snapshot file travels as its descriptor and is loaded on the executor, in parallel with
@@ -28,11 +28,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from deltastream.changes.deletion_vectors import load_deletion_vector
-from deltastream.changes.reader import FileRead, ReadSchema, read_file_batches
-from deltastream.changes.stream import BatchStream, to_record_batch_reader
 from deltastream.errors import DataFileNotFoundError
 from deltastream.log.actions import DeletionVectorDescriptor
+from deltastream.read.batch_stream import BatchStream, to_record_batch_reader
+from deltastream.read.deletion_vectors import load_deletion_vector
+from deltastream.read.reader import FileRead, ReadSchema, read_file_batches
 from deltastream.storage import open_store
 
 __all__ = ["FileGroup", "FilePartition", "add_partitions", "pack", "read_group"]

@@ -22,10 +22,10 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from deltastream.changes.cdf import ChangePlan, plan_changes
-from deltastream.changes.reader import ReadSchema
-from deltastream.changes.scan import snapshot_read_schema, table_read_schema
-from deltastream.changes.versions import ChangeSchemas
+from deltastream.changes.planner import ChangeSchemas
 from deltastream.errors import InvalidArgumentError
+from deltastream.read.reader import ReadSchema
+from deltastream.read.scan import snapshot_read_schema, table_read_schema
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.spark.options import SourceOptions

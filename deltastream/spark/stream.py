@@ -41,10 +41,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from deltastream.changes.reader import FileRead, ReadSchema
-from deltastream.changes.scan import table_read_schema
-from deltastream.changes.schema import table_schema
-from deltastream.changes.versions import (
+from deltastream.changes.planner import (
     ChangePlanner,
     ChangeSchemas,
     lacks_change_data,
@@ -61,6 +58,9 @@ from deltastream.errors import (
 from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
+from deltastream.read.reader import FileRead, ReadSchema
+from deltastream.read.scan import table_read_schema
+from deltastream.schema.model import table_schema
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.loader import (
     load_snapshot,

@@ -356,7 +356,7 @@ def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: 
         if profile_out:
             import cProfile
 
-            from deltastream.changes import reader as reader_module
+            from deltastream.read import reader as reader_module
 
             # cProfile sees only the thread that enabled it: the event loop is profiled by
             # ``profiler`` (the stream is driven from this thread, below), and each file's

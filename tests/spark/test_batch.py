@@ -17,7 +17,7 @@ from conftest import CORPORA
 from deltalake import DeltaTable, write_deltalake
 
 import deltastream as ds
-from deltastream.changes.reader import FileRead
+from deltastream.read.reader import FileRead
 from deltastream.spark import DeltaStreamDataSource, FilePartition, SourceOptions, pack
 from deltastream.spark.source import BatchReader
 

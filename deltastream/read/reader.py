@@ -30,9 +30,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap64
 
-from deltastream.changes.deletion_vectors import kept_rows
-from deltastream.changes.partitions import partition_column
-from deltastream.changes.schema import (
+from deltastream.errors import (
+    DataFileError,
+    DataFileNotFoundError,
+    DeletionVectorError,
+    ObjectNotFoundError,
+)
+from deltastream.read.deletion_vectors import kept_rows
+from deltastream.read.partition_values import partition_column
+from deltastream.schema.model import (
     PARQUET_FIELD_ID,
     ArrayType,
     ColumnMappingMode,
@@ -41,12 +47,6 @@ from deltastream.changes.schema import (
     StructField,
     StructType,
     to_arrow_type,
-)
-from deltastream.errors import (
-    DataFileError,
-    DataFileNotFoundError,
-    DeletionVectorError,
-    ObjectNotFoundError,
 )
 from deltastream.storage.base import ObjectStore
 

@@ -77,8 +77,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.json as pajson
 
-from deltastream.changes.partitions import parse_date, parse_timestamp, partition_values_table
-from deltastream.changes.schema import (
+from deltastream.errors import InvalidArgumentError
+from deltastream.read.partition_values import parse_date, parse_timestamp, partition_values_table
+from deltastream.schema.model import (
     ColumnMappingMode,
     DataType,
     DecimalType,
@@ -87,7 +88,6 @@ from deltastream.changes.schema import (
     StructType,
     to_arrow_type,
 )
-from deltastream.errors import InvalidArgumentError
 
 __all__ = [
     "And",

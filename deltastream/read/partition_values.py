@@ -50,7 +50,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltastream.changes.schema import (
+from deltastream.errors import InvalidTableStateError, UnsupportedFeatureError
+from deltastream.schema.model import (
     ColumnMappingMode,
     DataType,
     DecimalType,
@@ -58,7 +59,6 @@ from deltastream.changes.schema import (
     StructField,
     to_arrow_type,
 )
-from deltastream.errors import InvalidTableStateError, UnsupportedFeatureError
 
 __all__ = [
     "parse_date",

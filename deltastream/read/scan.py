@@ -7,22 +7,22 @@ from collections.abc import AsyncIterator, Sequence
 
 import pyarrow as pa
 
-from deltastream.changes.deletion_vectors import load_deletion_vector
-from deltastream.changes.predicates import (
+from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
+from deltastream.read.batch_stream import BatchStream
+from deltastream.read.deletion_vectors import load_deletion_vector
+from deltastream.read.predicates import (
     Predicate,
     may_match,
     parse_predicate,
     to_arrow_expression,
 )
-from deltastream.changes.reader import FileRead, ReadSchema, read_files
-from deltastream.changes.schema import (
+from deltastream.read.reader import FileRead, ReadSchema, read_files
+from deltastream.schema.model import (
     StructType,
     column_mapping_mode,
     table_schema,
     to_arrow_type,
 )
-from deltastream.changes.stream import BatchStream
-from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.storage.base import ObjectStore
 

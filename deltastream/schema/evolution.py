@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from deltastream.changes.schema import (
+from deltastream.schema.model import (
     ArrayType,
     ColumnMappingMode,
     DataType,

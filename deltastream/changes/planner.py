@@ -22,13 +22,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap64
 
-from deltastream.changes.deletion_vectors import load_deletion_vector
-from deltastream.changes.reader import FileRead, ReadSchema
-from deltastream.changes.scan import data_columns
-from deltastream.changes.schema import column_mapping_mode, table_schema
 from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.table_properties import change_data_feed_in_force
+from deltastream.read.deletion_vectors import load_deletion_vector
+from deltastream.read.reader import FileRead, ReadSchema
+from deltastream.read.scan import data_columns
+from deltastream.schema.model import column_mapping_mode, table_schema
 from deltastream.snapshot.loader import load_snapshot
 from deltastream.storage.base import ObjectStore
 

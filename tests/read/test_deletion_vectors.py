@@ -32,7 +32,9 @@ from conftest import CORPORA, S3Bucket
 from deltalake import DeltaTable, QueryBuilder
 from pyroaring import BitMap, BitMap64
 
-from deltastream.changes.deletion_vectors import (
+from deltastream.errors import DeletionVectorError
+from deltastream.log.actions import DeletionVectorDescriptor
+from deltastream.read.deletion_vectors import (
     MAGIC_NATIVE,
     MAGIC_PORTABLE,
     decode_z85,
@@ -45,8 +47,6 @@ from deltastream.changes.deletion_vectors import (
     parse_dv_file_slice,
     relative_dv_path,
 )
-from deltastream.errors import DeletionVectorError
-from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.storage import LocalStore, open_store
 
 SPEC_ROWS = {3, 4, 7, 11, 18, 29}

@@ -23,8 +23,9 @@ from conftest import CORPORA
 from deltalake import write_deltalake
 
 import deltastream
-from deltastream.changes.partitions import partition_values_table
-from deltastream.changes.predicates import (
+from deltastream.errors import InvalidArgumentError
+from deltastream.read.partition_values import partition_values_table
+from deltastream.read.predicates import (
     And,
     Comparison,
     InList,
@@ -37,7 +38,7 @@ from deltastream.changes.predicates import (
     parse_predicate,
     to_arrow_expression,
 )
-from deltastream.changes.schema import (
+from deltastream.schema.model import (
     ArrayType,
     ColumnMappingMode,
     DataType,
@@ -49,7 +50,6 @@ from deltastream.changes.schema import (
     table_schema,
     to_arrow_type,
 )
-from deltastream.errors import InvalidArgumentError
 from deltastream.snapshot.reconcile import FILES_SCHEMA
 
 UTC = dt.UTC
@@ -601,7 +601,7 @@ def test_broken_stats_do_not_change_the_other_files() -> None:
 def test_well_formed_stats_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     # Statistics as writers produce them (also pretty-printed over several lines) are
     # decoded by Arrow's JSON reader in one go, without the per-file fallback.
-    from deltastream.changes import predicates
+    from deltastream.read import predicates
 
     expected = {text: keep(text, INT_FILES) for text in ("a = 5", "NOT a > 4", "a IS NULL")}
     pretty = files_table(

@@ -19,12 +19,14 @@ from corpus import corpus_tables
 from deltalake import DeltaTable
 
 import deltastream
-from deltastream.changes.partitions import (
+from deltastream.errors import InvalidTableStateError
+from deltastream.log.actions import STRING_MAP
+from deltastream.read.partition_values import (
     parse_partition_value,
     partition_column,
     partition_values_table,
 )
-from deltastream.changes.schema import (
+from deltastream.schema.model import (
     ArrayType,
     ColumnMappingMode,
     DataType,
@@ -37,8 +39,6 @@ from deltastream.changes.schema import (
     table_schema,
     to_arrow_type,
 )
-from deltastream.errors import InvalidTableStateError
-from deltastream.log.actions import STRING_MAP
 
 UTC = dt.UTC
 P = PrimitiveType
