@@ -118,13 +118,21 @@ class ChangePlanner:
     """Turns versions into the file reads that produce their change rows, in output order.
 
     ``partition_lookup`` answers for removes that lack partition values (old writers without
-    ``extendedFileMetadata``); without one, the snapshot before the version is loaded.
+    ``extendedFileMetadata``). Without one, a planner fed consecutive versions loads one
+    snapshot, the one before the first such remove, and learns the files added after it from
+    the versions it plans: a file's partition values never change, so that covers every
+    file a later version can remove.
     """
 
     def __init__(self, store: ObjectStore, partition_lookup: PartitionLookup | None = None):
         self.store = store
         self._lookup = partition_lookup
         self._dvs: dict[str, BitMap64] = {}
+        #: Without a lookup, once a remove lacked partition values: the files live before
+        #: ``_known_version`` (path, partitionValues) and those added since.
+        self._known_files: pa.Table | None = None
+        self._known_version = -1
+        self._added: dict[str, Mapping[str, str | None]] = {}
 
     async def plan(
         self, version: int, actions: LogActions, timestamp_ms: int, schemas: ChangeSchemas
@@ -172,11 +180,26 @@ class ChangePlanner:
         path = str(remove["path"])
         if self._lookup is not None:
             return await self._lookup(version, path) or {}
-        snapshot = await load_snapshot(self.store, version - 1)
-        for f in snapshot.iter_files():
-            if f.path == path:
-                return dict(f.partition_values)
-        return {}
+        if self._known_files is None or version < self._known_version:
+            snapshot = await load_snapshot(self.store, version - 1)
+            self._known_files = snapshot.files.select(["path", "partitionValues"])
+            self._known_version, self._added = version, {}
+        if path in self._added:
+            return self._added[path]
+        index = pc.index(self._known_files.column("path"), pa.scalar(path)).as_py()
+        if index < 0:
+            return {}
+        found = self._known_files.column("partitionValues")[index].as_py()
+        return dict(found) if found else {}
+
+    def _learn_adds(self, version: int, rows: list[dict[str, Any]]) -> None:
+        """Remember the partition values of the files ``version`` adds (see the class)."""
+        if self._known_files is None or version < self._known_version:
+            return
+        for row in rows:
+            add = row["add"]
+            if add is not None and isinstance(add.get("partitionValues"), dict):
+                self._added[add["path"]] = add["partitionValues"]
 
     async def _inferred(
         self, version: int, actions: LogActions, timestamp_us: int, schemas: ChangeSchemas
@@ -222,6 +245,7 @@ class ChangePlanner:
                             exclude=removed,
                         )
                     )
+        self._learn_adds(version, rows)
         return tasks
 
 

@@ -69,14 +69,14 @@ from deltastream.errors import (
     SchemaChangeError,
     VersionNotFoundError,
 )
-from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
+from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import LogFile
 from deltastream.log.segment import LogListing
 from deltastream.log.table_properties import TableProperties
-from deltastream.read.deletion_vectors import load_deletion_vector
 from deltastream.read.reader import FileRead, ReadSchema, read_file_batches
+from deltastream.read.scan import live_file_reads
 from deltastream.schema.evolution import SchemaChangeKind, classify_schema_change
 from deltastream.schema.model import column_mapping_mode, table_schema
 from deltastream.snapshot.features import check_readable
@@ -542,31 +542,14 @@ class Tailer:
         )
 
         async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
-            wanted = files.select(["path", "partitionValues", "size", "deletionVector"])
+            constants = ("insert", version, timestamp_ms * 1000)
             done = 0
-            for chunk in wanted.to_batches(max_chunksize=1024):
-                for row in chunk.to_pylist(maps_as_pydicts="strict"):
-                    exclude = None
-                    if row["deletionVector"] is not None:
-                        descriptor = DeletionVectorDescriptor.from_json(row["deletionVector"])
-                        exclude = await load_deletion_vector(
-                            self._store, descriptor, data_file=row["path"]
-                        )
-                    yield (
-                        FileRead(
-                            path=row["path"],
-                            partition_values=row["partitionValues"] or {},
-                            size=row["size"],
-                            version=version,
-                            exclude=exclude,
-                            constants=("insert", version, timestamp_ms * 1000),
-                        ),
-                        schemas.inferred,
-                    )
-                    crash_point("snapshot.file")
-                    done += 1
-                    if self.progress is not None:
-                        self.progress("files", done, total)
+            async for read in live_file_reads(self._store, files, version, constants):
+                yield read, schemas.inferred
+                crash_point("snapshot.file")
+                done += 1
+                if self.progress is not None:
+                    self.progress("files", done, total)
 
         self._round_error = None
         self._round_end = Position(version + 1)

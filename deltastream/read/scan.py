@@ -26,7 +26,13 @@ from deltastream.schema.model import (
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["data_columns", "scan_snapshot", "snapshot_read_schema", "table_read_schema"]
+__all__ = [
+    "data_columns",
+    "live_file_reads",
+    "scan_snapshot",
+    "snapshot_read_schema",
+    "table_read_schema",
+]
 
 #: Live files whose descriptions are turned into Python objects at a time.
 _FILES_PER_CHUNK = 1024
@@ -83,20 +89,31 @@ def scan_snapshot(
         )
 
     async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
-        wanted = files.select(["path", "partitionValues", "size", "deletionVector"])
-        for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
-            for row in chunk.to_pylist(maps_as_pydicts="strict"):
-                exclude = None
-                if row["deletionVector"] is not None:
-                    descriptor = DeletionVectorDescriptor.from_json(row["deletionVector"])
-                    exclude = await load_deletion_vector(store, descriptor, data_file=row["path"])
-                task = FileRead(
-                    path=row["path"],
-                    partition_values=row["partitionValues"] or {},
-                    size=row["size"],
-                    version=snapshot.version,
-                    exclude=exclude,
-                )
-                yield task, read_schema
+        async for read in live_file_reads(store, files, snapshot.version):
+            yield read, read_schema
 
     return BatchStream(read_schema.output_schema, read_files(store, tasks()))
+
+
+async def live_file_reads(
+    store: ObjectStore, files: pa.Table, version: int, constants: tuple[object, ...] = ()
+) -> AsyncIterator[FileRead]:
+    """A read of each live file in ``files`` (the ``add`` columns of a snapshot's files, in
+    order), its deletion vector loaded so that deleted rows are left out; ``constants`` are
+    appended to every row (the change data feed's columns, for a snapshot as inserts). The
+    files become Python objects a chunk at a time, whatever their number."""
+    wanted = files.select(["path", "partitionValues", "size", "deletionVector"])
+    for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
+        for row in chunk.to_pylist(maps_as_pydicts="strict"):
+            exclude = None
+            if row["deletionVector"] is not None:
+                descriptor = DeletionVectorDescriptor.from_json(row["deletionVector"])
+                exclude = await load_deletion_vector(store, descriptor, data_file=row["path"])
+            yield FileRead(
+                path=row["path"],
+                partition_values=row["partitionValues"] or {},
+                size=row["size"],
+                version=version,
+                exclude=exclude,
+                constants=constants,
+            )
