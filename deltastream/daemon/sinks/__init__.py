@@ -1,0 +1,114 @@
+"""The sinks a stream's rows can go to, and what each promises across crashes.
+
+A sink is named by a spec string (:func:`parse_sink`):
+
+=====================  =============  ====================================================
+spec                   guarantee      what it does per delivery
+=====================  =============  ====================================================
+``jsonl:PATH``         exactly-once   appends one JSON object per row, flushes and fsyncs;
+                                      the file's size is committed with the position
+``jsonl:-``            at-least-once  the same on standard output (which cannot be undone)
+``parquet:DIR``        exactly-once   writes one parquet file per delivery, atomically
+``http://URL``         at-least-once  POSTs one JSON document (``https://`` too)
+``exec:COMMAND``       at-least-once  writes a parquet file and runs ``/bin/sh -c COMMAND``
+(Python API)           at-least-once  :class:`CallbackSink` calls a function
+=====================  =============  ====================================================
+
+How exactly-once works. The tailer commits a delivery's end position together with the state
+``deliver`` returned, atomically, only after ``deliver`` returned. A crash can come at any
+instant, so the destination may hold rows past the committed position: the one delivery in
+flight, whole or torn (deliveries are sequential, each starting at the committed position).
+:meth:`Sink.recover` removes exactly that, and nothing it cannot prove is that:
+
+* Each file sink owns its output through a hidden marker beside it
+  (:mod:`~deltastream.daemon.sink_marker`): locked while a stream writes (a second stream
+  gets :class:`~deltastream.errors.SinkInUseError`), and recording durably, before a
+  delivery's first row is written, where that delivery starts.
+* ``jsonl:PATH`` commits ``{"bytes": size, "tail": digest}`` (the size, and a fingerprint of
+  the 4 KiB before it). ``recover`` checks that the file is the one committed (not shorter,
+  same fingerprint), and truncates it to the committed size only if the marker shows that the
+  bytes past it are the delivery that started at the committed position and size.
+* ``parquet:DIR`` names each file by the stream's name, its version range and its start
+  position (``{table}-{from:020d}-{to:020d}-{start token}.parquet``; the name sorts in stream
+  order) and writes it to a hidden temporary file that is fsynced and renamed into place.
+  ``recover`` deletes this stream's leftover temporary files, and its one file starting at
+  the committed position if the marker shows that delivery was in flight; files of other
+  streams in the same directory are left alone. The state is ``{"table": name}``. Readers
+  should ignore names starting with ``.`` (pyarrow, Spark and most tools do).
+* Anything else (output when the state has no position, output past the committed position
+  that no in-flight delivery explains, a file shorter or other than the one committed) raises
+  :class:`~deltastream.errors.SinkRecoveryError` and touches nothing: the state may have been
+  lost or restored from an older copy. :meth:`Sink.reset` (``deltastream reset``) discards a
+  stream's output when the user decides to start over.
+
+At-least-once sinks may see rows again after a crash. The tailer makes the repeat identical:
+it commits where a round of deliveries ends before the round's first delivery, and a restart
+ends its first round there, so the repeated rows come in the same deliveries with the same
+``Idempotency-Key`` (``table_id:start-end``). A receiver that drops keys it has acknowledged
+gets every row exactly once; the ``start``/``end`` positions in each request say the same.
+The exec sink passes the key as ``DELTASTREAM_IDEMPOTENCY_KEY``.
+
+Deliveries with no rows (a version that changed no data still advances the position) write
+nothing, POST nothing and run nothing; :class:`CallbackSink` still calls its function.
+
+The HTTP and exec sinks retry transient failures (connection errors, timeouts, HTTP 5xx, 408,
+409 and 429; a non-zero exit) with exponential backoff and full jitter
+(:func:`~deltastream.storage.retry.backoff_delay`), by default forever: a daemon should ride
+out an outage of its destination. Each retry goes to the sink's ``retry_listener`` (the
+tailer's, which counts it and logs it with the stream's name) or, without one, is logged at
+WARNING by the sink. A failure retrying cannot fix (HTTP 4xx, a redirect) raises
+:class:`SinkError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deltastream.daemon.delivery import Sink
+from deltastream.daemon.sinks.callback import CallbackSink
+from deltastream.daemon.sinks.common import SPEC_FORMS as SPEC_FORMS
+from deltastream.daemon.sinks.exec import ExecSink
+from deltastream.daemon.sinks.http import HttpSink
+from deltastream.daemon.sinks.jsonl import JsonlSink
+from deltastream.daemon.sinks.parquet import ParquetFileName as ParquetFileName
+from deltastream.daemon.sinks.parquet import (
+    ParquetSink,
+    parquet_file_name,
+    parse_parquet_file_name,
+)
+from deltastream.errors import InvalidArgumentError
+
+__all__ = [
+    "CallbackSink",
+    "ExecSink",
+    "HttpSink",
+    "JsonlSink",
+    "ParquetSink",
+    "parquet_file_name",
+    "parse_parquet_file_name",
+    "parse_sink",
+]
+
+
+def parse_sink(spec: str, *, work_dir: Path | None = None, table: str | None = None) -> Sink:
+    """The sink a spec string names: ``jsonl:PATH``, ``jsonl:-``, ``parquet:DIRECTORY``,
+    ``http://URL``, ``https://URL`` (also spelt ``http:URL``) or ``exec:COMMAND``
+    (``work_dir``: where the exec sink writes its batch files; default a temporary directory;
+    ``table``: the stream's name, which lets the parquet sink clean up after a crash already
+    in ``recover``)."""
+    scheme, sep, rest = spec.partition(":")
+    kind = scheme.strip().lower()
+    if sep and rest:
+        if kind == "jsonl":
+            return JsonlSink(rest)
+        if kind == "parquet":
+            return ParquetSink(rest, table=table)
+        if kind == "http" and rest.lower().startswith(("http://", "https://")):
+            return HttpSink(rest)  # the ``http:URL`` spelling
+        if kind in ("http", "https"):
+            return HttpSink(spec)
+        if kind == "exec" and rest.strip():
+            return ExecSink(rest, work_dir=work_dir)
+    known = kind in ("jsonl", "parquet", "http", "https", "exec")
+    problem = "is incomplete" if known else "is not a sink"
+    raise InvalidArgumentError(f"sink {spec!r} {problem}: accepted forms are {SPEC_FORMS}")

@@ -1,0 +1,115 @@
+"""What several sinks share: the spec forms for error messages, the logger, retry-option
+and stream-name checks, writing a parquet file atomically (hidden temporary file, fsync,
+rename) and recognising those temporary files, the position-token pattern in file names,
+and the ``deltastream reset`` hint recovery errors end with.
+
+Private to :mod:`deltastream.daemon.sinks`: its modules import these names from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Final
+
+import pyarrow.parquet as pq
+
+from deltastream.daemon.crashpoints import crash_point
+from deltastream.daemon.delivery import Delivery, StreamRef
+from deltastream.daemon.sink_marker import fsync_dir
+from deltastream.errors import InvalidArgumentError
+
+#: One logger for the whole package, named as when the sinks were one module, so that log
+#: output and log configuration do not depend on which module a sink lives in.
+log = logging.getLogger("deltastream.daemon.sinks")
+
+#: The spec forms :func:`parse_sink` accepts, for error messages and help texts.
+SPEC_FORMS: Final = (
+    "jsonl:PATH, jsonl:- (standard output), parquet:DIRECTORY, http://URL, https://URL, "
+    "exec:COMMAND"
+)
+
+
+def _check_retry_options(max_attempts: int | None, base_delay: float, max_delay: float) -> None:
+    if max_attempts is not None and max_attempts < 1:
+        raise InvalidArgumentError(f"max_attempts must be at least 1 (or None), not {max_attempts}")
+    if base_delay < 0 or max_delay < 0:
+        raise InvalidArgumentError(
+            f"retry delays must not be negative (base {base_delay}, max {max_delay})"
+        )
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str | Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _write_parquet_atomically(delivery: Delivery, target: Path, *, durable: bool) -> None:
+    """Write the delivery's rows to ``target`` through a hidden temporary file beside it
+    (``.{name}.XXXXXXXX.tmp``), renamed into place once complete (and, if ``durable``,
+    fsynced first, with the directory fsynced after: then it passes the crash points
+    ``sink.after-write`` and ``sink.after-fsync``)."""
+    directory = target.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        with pq.ParquetWriter(tmp, delivery.schema) as writer:
+            for batch in delivery.batches:
+                if batch.num_rows:
+                    writer.write_batch(batch)
+        if durable:
+            crash_point("sink.after-write")
+            _fsync_file(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    if durable:
+        try:
+            fsync_dir(directory)
+        except BaseException:
+            # Not known to be durable, so not delivered: leave nothing a retry could duplicate.
+            _unlink_quietly(target)
+            raise
+        crash_point("sink.after-fsync")
+
+
+def _check_table_name(table: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", table) or table in (".", ".."):
+        raise InvalidArgumentError(
+            f"stream name {table!r} cannot name files: use letters, digits, '-', '_' and '.'"
+        )
+    return table
+
+
+#: A position's token (:attr:`Position.token`), as file names hold it.
+_TOKEN = r"\d{20}[sc]\d{12}"
+#: The temporary file :func:`_write_parquet_atomically` writes before renaming.
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def _temp_target(name: str) -> str | None:
+    """The final name a temporary file was written for, or ``None`` if it is not one."""
+    m = _TEMP_NAME.fullmatch(name)
+    return m["name"] if m else None
+
+
+def _reset_hint(stream: StreamRef, spec: str) -> str:
+    command = shlex.join(
+        ["deltastream", "reset", "--state", stream.state_uri, "--sink", spec, "--name", stream.name]
+    )
+    return f"to discard the stream's output and start over: {command}"

@@ -1,0 +1,200 @@
+"""The ``http://URL`` / ``https://URL`` sink: one JSON POST per delivery with an
+``Idempotency-Key``, retried with backoff (or ``Retry-After``); at-least-once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.to_thread
+
+from deltastream.daemon.crashpoints import crash_point
+from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
+from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, log
+from deltastream.errors import HttpStatusError, InvalidArgumentError, SinkError
+from deltastream.output import batch_to_json_lines
+from deltastream.storage.retry import RetryEvent, backoff_delay
+
+if TYPE_CHECKING:
+    import aiohttp
+
+
+def _http_body(delivery: Delivery) -> bytes:
+    head = json.dumps(
+        {
+            "table": delivery.table,
+            "table_id": delivery.table_id,
+            "table_uri": delivery.table_uri,
+            "from_version": delivery.from_version,
+            "to_version": delivery.to_version,
+            "start": delivery.start.to_json(),
+            "end": delivery.end.to_json(),
+        },
+        ensure_ascii=False,
+    )
+    rows = ", ".join(line for batch in delivery.batches for line in batch_to_json_lines(batch))
+    return f'{head[:-1]}, "rows": [{rows}]}}'.encode()
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header's delay: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
+
+
+def _retryable_status(status: int) -> bool:
+    return status >= 500 or status in (408, 409, 429)
+
+
+class HttpSink(Sink):
+    """POSTs each delivery as one JSON document (``http://URL``, ``https://URL``)::
+
+        {"table": ..., "table_id": ..., "table_uri": ..., "from_version": ..., "to_version": ...,
+         "start": {"version": ..., "snapshot": ..., "offset": ...}, "end": {...},
+         "rows": [{...}, ...]}
+
+    with ``Content-Type: application/json`` and ``Idempotency-Key``. Any 2xx acknowledges.
+    Connection errors, timeouts (``timeout`` seconds per attempt), 5xx, 408, 409 and 429 are
+    retried with exponential backoff and full jitter (``base_delay``, capped at
+    ``max_delay``), or after the ``Retry-After`` the server asked for (capped at
+    ``max_retry_after``); ``max_attempts=None`` (the default) retries forever. Other
+    statuses, redirects included (they are not followed), raise :class:`HttpStatusError`.
+    ``headers`` are added to every request (e.g. ``Authorization``). At-least-once.
+    """
+
+    guarantee: Guarantee = "at-least-once"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 30.0,
+        max_attempts: int | None = None,
+        base_delay: float = 0.5,
+        max_delay: float = 60.0,
+        max_retry_after: float = 300.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise InvalidArgumentError(f"not an http(s) URL: {url!r}; accepted: {SPEC_FORMS}")
+        _check_retry_options(max_attempts, base_delay, max_delay)
+        if timeout <= 0:
+            raise InvalidArgumentError(f"timeout must be positive, not {timeout}")
+        self.url = url
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.max_retry_after = max_retry_after
+        self.headers = dict(headers or {})
+        self._session: aiohttp.ClientSession | None = None
+        #: Requests that failed and were retried, for tests and metrics.
+        self.retries = 0
+
+    @property
+    def description(self) -> str:
+        return self.url
+
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> None:
+        """Nothing to undo: the receiver gets repeated rows (at-least-once)."""
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        import aiohttp  # imported on first use: it is heavy, and most sinks never need it
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        return self._session
+
+    async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
+        import aiohttp
+
+        if not delivery.num_rows:
+            return {}
+        body = await anyio.to_thread.run_sync(_http_body, delivery)
+        headers = {
+            **self.headers,
+            "Content-Type": "application/json",
+            "Idempotency-Key": delivery.idempotency_key,
+        }
+        what = f"{delivery.num_rows} rows of {delivery.table} ({delivery.start} to {delivery.end})"
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            try:
+                async with self._get_session().post(
+                    self.url, data=body, headers=headers, allow_redirects=False
+                ) as response:
+                    status = response.status
+                    if 200 <= status < 300:
+                        await response.read()
+                        crash_point("sink.after-write")
+                        return {}
+                    snippet = await self._snippet(response)
+                    if not _retryable_status(status):
+                        raise HttpStatusError(self.url, status, response.reason or "", snippet)
+                    retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+                    reason = f"HTTP {status} {response.reason or ''}".rstrip()
+                    if snippet:
+                        reason += f": {snippet}"
+            except aiohttp.InvalidURL as e:
+                raise SinkError(self.url, f"invalid URL: {e}") from e
+            except (aiohttp.ClientError, TimeoutError) as e:
+                reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            if self.max_attempts is not None and attempt >= self.max_attempts:
+                raise SinkError(
+                    self.url, f"POST of {what} failed after {attempt} attempt(s): {reason}"
+                )
+            if retry_after is not None:
+                delay = min(retry_after, self.max_retry_after)
+            else:
+                delay = backoff_delay(attempt, self.base_delay, self.max_delay)
+            self.retries += 1
+            if self.retry_listener is not None:
+                # The listener logs it (once, with the stream's name).
+                self.retry_listener(RetryEvent("POST", self.url, attempt, reason, delay))
+            else:
+                log.warning(
+                    "%s: POST of %s failed (attempt %d): %s; retrying in %.1fs",
+                    self.url,
+                    what,
+                    attempt,
+                    reason,
+                    delay,
+                )
+            await anyio.sleep(delay)
+
+    @staticmethod
+    async def _snippet(response: aiohttp.ClientResponse, limit: int = 500) -> str:
+        import aiohttp
+
+        try:
+            data = await response.content.read(limit + 1)
+        except (aiohttp.ClientError, TimeoutError):
+            return ""
+        text = " ".join(data[:limit].decode("utf-8", "replace").split())
+        return text + "..." if len(data) > limit else text
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()

@@ -1,0 +1,258 @@
+"""The ``jsonl:PATH`` sink (exactly-once: appends, fsyncs, commits the size and a
+fingerprint of the file's end) and ``jsonl:-`` (standard output, at-least-once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import anyio.to_thread
+
+from deltastream.daemon.crashpoints import crash_point
+from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
+from deltastream.daemon.sink_marker import OutputMarker, fsync_dir
+from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, log
+from deltastream.errors import InvalidArgumentError, SinkRecoveryError, StorageError
+from deltastream.output import batch_to_json_lines
+
+#: How much of a jsonl file's end its committed state fingerprints.
+_TAIL_BYTES = 4096
+
+
+def _tail_digest(tail: bytes) -> str:
+    return hashlib.sha256(tail).hexdigest()[:32]
+
+
+class JsonlSink(Sink):
+    """Appends one JSON object per row to a file (``jsonl:PATH``), or writes them to
+    standard output (``jsonl:-``). Values follow :mod:`deltastream.output`'s conventions.
+
+    A file is exactly-once: each delivery is flushed and fsynced before :meth:`deliver`
+    returns ``{"bytes": size, "tail": digest}`` (the size and a fingerprint of the last 4 KiB
+    before it), and :meth:`recover` removes what the one uncommitted delivery may have left
+    past the committed size, after checking that the file is the one the state describes
+    (see :mod:`deltastream.daemon.sinks`). Standard output is at-least-once: it is flushed
+    after each delivery, but what was written cannot be taken back.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        text = os.fspath(path)
+        if not text:
+            raise InvalidArgumentError(f"jsonl sink needs a path or '-'; accepted: {SPEC_FORMS}")
+        self._spec = f"jsonl:{text}"
+        #: ``None`` for standard output.
+        self.path: Path | None = None if text == "-" else Path(text).expanduser()
+        self.guarantee: Guarantee = "at-least-once" if self.path is None else "exactly-once"
+        self._file: IO[bytes] | None = None
+        self._size = 0
+        self._tail = b""
+        self._marker: OutputMarker | None = None
+        if self.path is not None:
+            self._marker = OutputMarker(
+                self.path.parent / f".{self.path.name}.deltastream", str(self.path)
+            )
+
+    @property
+    def description(self) -> str:
+        return self._spec
+
+    def output_claim(self, stream: str) -> str | None:
+        return None if self.path is None else str(self.path.resolve())
+
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> None:
+        if self.path is None:
+            return
+        await anyio.to_thread.run_sync(self._recover, self.path, stream, committed, state)
+
+    def _recover(
+        self,
+        path: Path,
+        stream: StreamRef,
+        committed: Position | None,
+        state: Mapping[str, Any],
+    ) -> None:
+        assert self._marker is not None
+        self._close_file()
+        intent = self._marker.acquire(stream)
+        try:
+            try:
+                existed = path.exists()
+                f = open(path, "r+b" if existed else "w+b")  # noqa: SIM115 (kept open)
+            except OSError as e:
+                problem = f"cannot open for appending: {e.strerror or e}"
+                raise StorageError(str(path), problem) from e
+            try:
+                size = os.fstat(f.fileno()).st_size
+                keep = self._committed_size(path, f, size, stream, committed, state)
+                if size > keep:
+                    if (
+                        committed is None
+                        or intent is None
+                        or not intent.proves(stream.name, committed, keep)
+                    ):
+                        raise SinkRecoveryError(
+                            str(path),
+                            f"holds {size - keep} bytes after the {keep} committed (at "
+                            f"{committed}) in {stream.state_uri} that the stream cannot prove "
+                            "it wrote after that commit (is the state older than the output?); "
+                            "nothing was touched. Restore the stream's latest state, or "
+                            + _reset_hint(stream, self._spec),
+                        )
+                    log.warning(
+                        "%s: discarding %d bytes of the delivery from %s that was not committed "
+                        "(keeping %d)",
+                        path,
+                        size - keep,
+                        committed,
+                        keep,
+                    )
+                    f.truncate(keep)
+                    os.fsync(f.fileno())
+                if not existed:
+                    fsync_dir(path.parent)
+                f.seek(max(0, keep - _TAIL_BYTES))
+                self._tail = f.read(keep - max(0, keep - _TAIL_BYTES))
+                f.seek(keep)
+            except BaseException:
+                f.close()
+                raise
+            self._marker.record(None)
+        except BaseException:
+            self._marker.release()
+            raise
+        self._file, self._size = f, keep
+
+    def _committed_size(
+        self,
+        path: Path,
+        f: IO[bytes],
+        size: int,
+        stream: StreamRef,
+        committed: Position | None,
+        state: Mapping[str, Any],
+    ) -> int:
+        """The committed size, after checking the file is the output ``state`` describes."""
+        if committed is None:
+            if size:
+                raise SinkRecoveryError(
+                    str(path),
+                    f"already holds {size} bytes, but the state of stream {stream.name!r} in "
+                    f"{stream.state_uri} has no position: it is another stream's output, or the "
+                    "state was lost; nothing was touched. Point --state at the stream's state, "
+                    "or " + _reset_hint(stream, self._spec),
+                )
+            return 0
+        value = state.get("bytes", 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SinkRecoveryError(
+                str(path),
+                f"the state in {stream.state_uri} has no valid committed size "
+                f"(bytes={value!r}); nothing was touched",
+            )
+        if size < value:
+            raise SinkRecoveryError(
+                str(path),
+                f"has {size} bytes but {value} were committed (at {committed}) in "
+                f"{stream.state_uri}: it was truncated or replaced behind the stream's back; "
+                f"nothing was touched (restore the file, or {_reset_hint(stream, self._spec)})",
+            )
+        digest = state.get("tail")
+        if digest is not None:
+            f.seek(max(0, value - _TAIL_BYTES))
+            if _tail_digest(f.read(value - max(0, value - _TAIL_BYTES))) != digest:
+                raise SinkRecoveryError(
+                    str(path),
+                    f"is not the output the state in {stream.state_uri} describes: its bytes "
+                    f"before the committed size {value} differ from what was committed (at "
+                    f"{committed}); nothing was touched",
+                )
+        return value
+
+    async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
+        if self.path is None:
+            if delivery.num_rows:
+                await anyio.to_thread.run_sync(self._write_stdout, delivery)
+                crash_point("sink.after-write")
+            return {}
+        if self._file is None:
+            raise RuntimeError(f"{self._spec}: recover() must be called before deliver()")
+        if delivery.num_rows:
+            await anyio.to_thread.run_sync(self._append, self._file, delivery)
+        return {"bytes": self._size, "tail": _tail_digest(self._tail)}
+
+    def _append(self, f: IO[bytes], delivery: Delivery) -> None:
+        assert self._marker is not None
+        # A failed earlier attempt may have left bytes past the last delivered size.
+        if os.fstat(f.fileno()).st_size != self._size:
+            f.truncate(self._size)
+        self._marker.record(delivery.start, self._size)
+        f.seek(self._size)
+        written = 0
+        tail = self._tail
+        for batch in delivery.batches:
+            if batch.num_rows:
+                data = "".join(line + "\n" for line in batch_to_json_lines(batch)).encode()
+                f.write(data)
+                written += len(data)
+                tail = (tail + data)[-_TAIL_BYTES:]
+        f.flush()
+        crash_point("sink.after-write")
+        os.fsync(f.fileno())
+        crash_point("sink.after-fsync")
+        self._size += written
+        self._tail = tail
+
+    @staticmethod
+    def _write_stdout(delivery: Delivery) -> None:
+        out = sys.stdout  # looked up each time: it may have been replaced
+        buffer: IO[bytes] | None = getattr(out, "buffer", None)
+        for batch in delivery.batches:
+            text = "".join(line + "\n" for line in batch_to_json_lines(batch))
+            if buffer is not None:  # UTF-8 whatever the locale
+                out.flush()
+                buffer.write(text.encode())
+            else:
+                out.write(text)
+        if buffer is not None:
+            buffer.flush()
+        out.flush()
+
+    async def reset(self, stream: StreamRef) -> list[str]:
+        path, marker = self.path, self._marker
+        if path is None or marker is None:
+            return []
+
+        def discard() -> list[str]:
+            self._close_file()
+            marker.acquire(stream)
+            removed = []
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    size = path.stat().st_size
+                    path.unlink()
+                    removed.append(f"{path} ({size} bytes)")
+            finally:
+                marker.release(remove=True)
+            fsync_dir(path.parent)
+            return removed
+
+        return await anyio.to_thread.run_sync(discard)
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    async def aclose(self) -> None:
+        self._close_file()
+        if self._marker is not None:
+            self._marker.release()
