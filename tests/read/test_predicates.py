@@ -601,7 +601,7 @@ def test_broken_stats_do_not_change_the_other_files() -> None:
 def test_well_formed_stats_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     # Statistics as writers produce them (also pretty-printed over several lines) are
     # decoded by Arrow's JSON reader in one go, without the per-file fallback.
-    from deltastream.read import predicates
+    from deltastream.read.predicates.stats import StatsReader
 
     expected = {text: keep(text, INT_FILES) for text in ("a = 5", "NOT a > 4", "a IS NULL")}
     pretty = files_table(
@@ -612,7 +612,7 @@ def test_well_formed_stats_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -
     def no_fallback(self: Any, column: Any) -> Any:
         raise AssertionError("the per-file decoder was used")
 
-    monkeypatch.setattr(predicates._StatsReader, "_read_python", no_fallback)
+    monkeypatch.setattr(StatsReader, "_read_python", no_fallback)
     for text, flags in expected.items():
         assert keep(text, INT_FILES) == flags
         assert keep(text, pretty) == flags

@@ -1,0 +1,139 @@
+"""Settings of the S3 store: :class:`S3Options` and the storage option names it accepts.
+
+:meth:`S3Options.from_storage_options` reads a ``storage_options`` mapping (keys in any case;
+the ``AWS_*`` spellings of the environment variables and of delta-rs are accepted) and
+checks its values; :data:`STORAGE_OPTION_NAMES` lists every name it accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from deltastream.errors import InvalidArgumentError
+
+T = TypeVar("T")
+
+# Option names users may pass, mapped to S3Options fields. The AWS_* spellings match the
+# environment variables and delta-rs's storage options, so one options dict serves both.
+_OPTION_ALIASES: dict[str, str] = {
+    "endpoint_url": "endpoint_url",
+    "endpoint": "endpoint_url",
+    "aws_endpoint_url": "endpoint_url",
+    "aws_endpoint": "endpoint_url",
+    "region": "region",
+    "region_name": "region",
+    "aws_region": "region",
+    "aws_default_region": "region",
+    "access_key_id": "access_key_id",
+    "aws_access_key_id": "access_key_id",
+    "secret_access_key": "secret_access_key",
+    "aws_secret_access_key": "secret_access_key",
+    "session_token": "session_token",
+    "aws_session_token": "session_token",
+    "profile": "profile",
+    "aws_profile": "profile",
+    "addressing_style": "addressing_style",
+    "aws_virtual_hosted_style_request": "virtual_hosted_style",
+    "virtual_hosted_style_request": "virtual_hosted_style",
+    "max_attempts": "max_attempts",
+    "retry_base_delay": "retry_base_delay",
+    "retry_max_delay": "retry_max_delay",
+    "connect_timeout": "connect_timeout",
+    "read_timeout": "read_timeout",
+    "max_concurrency": "max_concurrency",
+    "sqs_queue_url": "sqs_queue_url",
+    "aws_sqs_queue_url": "sqs_queue_url",
+    # Accepted for compatibility with delta-rs option dicts; they change nothing here.
+    "aws_allow_http": "_ignored",
+    "allow_http": "_ignored",
+    "aws_s3_allow_unsafe_rename": "_ignored",
+    "aws_conditional_put": "_ignored",
+}
+
+#: Every storage option name :meth:`S3Options.from_storage_options` accepts (lower case).
+STORAGE_OPTION_NAMES: frozenset[str] = frozenset(_OPTION_ALIASES)
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """Connection and retry settings for :class:`S3Store`.
+
+    Credentials left unset fall back to the standard AWS chain (environment, shared config
+    and credentials files, container and instance metadata).
+
+    ``sqs_queue_url`` (storage option ``sqs_queue_url`` or ``AWS_SQS_QUEUE_URL``, any case) is
+    the URL of an SQS queue that receives the bucket's ``s3:ObjectCreated:*`` event
+    notifications, directly or through an SNS topic; :meth:`S3Store.watch` long-polls it. It is
+    reached with the same credentials, ``endpoint_url`` (so one local emulator serves both)
+    and region (when ``region`` is unset, the one in an AWS queue URL). The feed deletes every
+    message it receives, events for other keys included: give each watching process a queue
+    of its own (an SNS topic fans the bucket's events out to several queues).
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    profile: str | None = None
+    addressing_style: str | None = None
+    max_attempts: int = 10
+    #: Retry ``n`` waits ``uniform(0, min(retry_max_delay, retry_base_delay * 2**(n - 1)))``
+    #: seconds (:func:`~deltastream.storage.retry.backoff_delay`).
+    retry_base_delay: float = 0.1
+    retry_max_delay: float = 5.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    max_concurrency: int = 32
+    sqs_queue_url: str | None = None
+
+    @classmethod
+    def from_storage_options(cls, options: Mapping[str, str] | None) -> S3Options:
+        """Build options from a ``storage_options`` mapping (keys are case-insensitive)."""
+        values: dict[str, Any] = {}
+        for raw_key, raw_value in (options or {}).items():
+            key = _OPTION_ALIASES.get(raw_key.lower())
+            if key is None:
+                known = ", ".join(sorted(k for k, v in _OPTION_ALIASES.items() if v != "_ignored"))
+                raise InvalidArgumentError(
+                    f"unknown S3 storage option {raw_key!r}; known options: {known}"
+                )
+            if key == "_ignored":
+                continue
+            value = str(raw_value)
+            if key == "virtual_hosted_style":
+                values["addressing_style"] = "virtual" if _truthy(value) else "path"
+            elif key in ("max_attempts", "max_concurrency"):
+                values[key] = _parse_number(raw_key, value, int)
+                if values[key] < 1:
+                    raise InvalidArgumentError(f"storage option {raw_key!r} must be >= 1")
+            elif key in ("retry_base_delay", "retry_max_delay", "connect_timeout", "read_timeout"):
+                values[key] = _parse_number(raw_key, value, float)
+            else:
+                values[key] = value
+        style = values.get("addressing_style")
+        if style is not None and style not in ("path", "virtual", "auto"):
+            raise InvalidArgumentError(
+                f"storage option 'addressing_style' must be path, virtual or auto, not {style!r}"
+            )
+        queue = values.get("sqs_queue_url")
+        if queue is not None and not re.match(r"^https?://[^/]+/.", queue):
+            raise InvalidArgumentError(
+                f"storage option 'sqs_queue_url' must be a queue URL such as "
+                f"https://sqs.us-east-1.amazonaws.com/123456789012/name, not {queue!r}"
+            )
+        return cls(**values)
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _parse_number(name: str, value: str, kind: Callable[[str], T]) -> T:
+    try:
+        return kind(value)
+    except ValueError as e:
+        raise InvalidArgumentError(f"storage option {name!r}: {value!r} is not a number") from e

@@ -1,0 +1,408 @@
+"""The S3 store (:class:`S3Store`) and its request and retry core.
+
+The client is created lazily on first use and closed by :meth:`S3Store.aclose`. Requests are
+retried here (botocore's own retries are switched off so that there is exactly one
+policy): throttling (``503 SlowDown`` and friends), any 5xx and connection errors are retried
+with exponential backoff and full jitter (:func:`~deltastream.storage.retry.backoff_delay`),
+up to ``max_attempts`` attempts; anything else fails at once. Every retry is reported to the
+store's ``retry_listener`` (operation, URI, cause, attempt, delay) or, without one, logged at
+WARNING.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+import aiohttp
+import anyio
+import botocore.exceptions
+import pyarrow as pa
+
+from deltastream.errors import (
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StorageError,
+)
+from deltastream.storage.base import (
+    ChangeFeed,
+    ObjectMeta,
+    ObjectStore,
+    check_byte_range,
+)
+from deltastream.storage.retry import RetryEvent, backoff_delay
+from deltastream.storage.s3.client import open_client
+from deltastream.storage.s3.feed import SqsChangeFeed
+from deltastream.storage.s3.options import S3Options
+from deltastream.storage.s3.ranged import RangedObject
+
+#: The logger of :mod:`deltastream.storage.s3` as a whole (its name predates the package).
+log = logging.getLogger("deltastream.storage.s3")
+
+T = TypeVar("T")
+
+_THROTTLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "TooManyRequestsException",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    botocore.exceptions.HTTPClientError,
+    botocore.exceptions.ConnectionError,
+    botocore.exceptions.IncompleteReadError,
+    aiohttp.ClientError,
+    TimeoutError,
+)
+
+#: Objects up to this size are fetched with one GET when opened for random access.
+_WHOLE_OBJECT_LIMIT = 8 << 20
+
+
+class _RangeNotSatisfiableError(Exception):
+    """A ranged GET asked for bytes starting after the end of the object."""
+
+
+def _error_code(err: botocore.exceptions.ClientError) -> tuple[str, int]:
+    code = str(err.response.get("Error", {}).get("Code", ""))
+    status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return code, status
+
+
+def is_retryable(err: BaseException) -> bool:
+    """Whether a failed S3 or SQS request may succeed if simply tried again."""
+    if isinstance(err, botocore.exceptions.ClientError):
+        code, status = _error_code(err)
+        return code in _THROTTLE_CODES or status >= 500 or status == 429
+    return isinstance(err, _CONNECTION_ERRORS)
+
+
+class S3Store(ObjectStore):
+    """Objects under ``s3://bucket/prefix``.
+
+    :meth:`watch` offers change feeds when the options name an SQS queue
+    (:class:`S3Options`, ``sqs_queue_url``).
+    """
+
+    def __init__(self, bucket: str, prefix: str = "", options: S3Options | None = None) -> None:
+        super().__init__()
+        if not bucket:
+            raise InvalidArgumentError("an S3 URI needs a bucket: s3://bucket/path")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.options = options or S3Options()
+        self.max_concurrency = self.options.max_concurrency
+        self._client: Any = None
+        self._sqs_client: Any = None
+        self._stack: AsyncExitStack | None = None
+        self._client_lock = anyio.Lock()
+        self._closed = False
+        self._foreign: dict[str, S3Store] = {}
+        self._feeds: set[ChangeFeed] = set()
+
+    @property
+    def root_uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def _full_key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _relative_key(self, full_key: str) -> str:
+        return full_key[len(self.prefix) + 1 :] if self.prefix else full_key
+
+    async def _get_client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._client_lock:
+            if self._closed:
+                raise StorageError(self.root_uri, "store is closed")
+            if self._client is None:
+                self._client = await self._open_client("s3")
+        return self._client
+
+    async def _get_sqs_client(self) -> Any:
+        if self._sqs_client is not None:
+            return self._sqs_client
+        async with self._client_lock:
+            if self._closed:
+                raise StorageError(self.root_uri, "store is closed")
+            if self._sqs_client is None:
+                self._sqs_client = await self._open_client("sqs")
+        return self._sqs_client
+
+    async def _open_client(self, service: str) -> Any:
+        """A new client for ``service`` ("s3" or "sqs"), closed by :meth:`aclose`. The caller
+        holds the client lock."""
+        if self._stack is None:
+            self._stack = AsyncExitStack()
+        return await open_client(self.options, service, self._stack)
+
+    async def watch(self, directory: str) -> ChangeFeed | None:
+        """A feed woken by the ``sqs_queue_url`` queue's event notifications for objects
+        created directly in ``directory``; None without that option. Notifications for
+        other keys (and S3's test event, and messages that are no S3 event at all) are
+        deleted from the queue and otherwise ignored."""
+        queue_url = self.options.sqs_queue_url
+        if queue_url is None:
+            return None
+        prefix = directory if not directory or directory.endswith("/") else directory + "/"
+        await self._get_sqs_client()  # a closed store fails here, not in the feed
+        feed = SqsChangeFeed(self, prefix, queue_url)
+        self._feeds.add(feed)
+        return feed
+
+    async def aclose(self) -> None:
+        for feed in list(self._feeds):
+            await feed.aclose()
+        async with self._client_lock:
+            self._closed = True
+            stack, self._stack = self._stack, None
+            self._client = self._sqs_client = None
+        if stack is not None:
+            await stack.aclose()
+        foreign, self._foreign = list(self._foreign.values()), {}
+        for store in foreign:
+            await store.aclose()
+
+    async def _call(
+        self,
+        uri: str,
+        what: str,
+        op: Callable[[Any], Awaitable[T]],
+        *,
+        service: str = "s3",
+        operation: str | None = None,
+    ) -> T:
+        """Run ``op(client)`` with this store's retry policy, on its S3 client or (``service``
+        "sqs") its SQS client. ``what`` names the request in errors; ``operation`` (default
+        ``what``: ``GET``, ``PUT``, ``LIST``…) names it in retry reports."""
+        opts = self.options
+        client = await (self._get_client() if service == "s3" else self._get_sqs_client())
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await op(client)
+            except botocore.exceptions.ClientError as e:
+                code, status = _error_code(e)
+                if service == "s3":
+                    self._raise_s3_meaning(uri, what, e)
+                if not is_retryable(e) or attempt >= opts.max_attempts:
+                    raise StorageError(
+                        uri, f"{what} failed after {attempt} attempt(s): {code or status}: {e}"
+                    ) from e
+                # A HEAD's error has no body: botocore's code is then just the status.
+                reason = (
+                    f"{status} {code}" if status and code != str(status) else code or str(status)
+                )
+            except _CONNECTION_ERRORS as e:
+                if attempt >= opts.max_attempts:
+                    raise StorageError(
+                        uri, f"{what} failed after {attempt} attempt(s): {type(e).__name__}: {e}"
+                    ) from e
+                reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            except botocore.exceptions.NoCredentialsError as e:
+                raise StorageError(uri, f"{what} failed: no AWS credentials found") from e
+            # The retry policy's formula is base * 2**(attempt - 1): the same delays as this
+            # store's former base * 2**attempt with its default base doubled (0.05 -> 0.1 s).
+            delay = backoff_delay(attempt, opts.retry_base_delay, opts.retry_max_delay)
+            self.stats.retries += 1
+            event = RetryEvent(operation or what, uri, attempt, reason, delay)
+            listener = self.retry_listener
+            if listener is not None:
+                listener(event)
+            else:
+                log.warning(
+                    "%s %s failed (%s); retry %d in %.2fs",
+                    event.operation,
+                    uri,
+                    reason,
+                    attempt,
+                    delay,
+                )
+            await anyio.sleep(delay)
+
+    def _raise_s3_meaning(self, uri: str, what: str, e: botocore.exceptions.ClientError) -> None:
+        """Raise what an S3 error means for the object at ``uri``, if it means something
+        more than a failed request."""
+        code, status = _error_code(e)
+        if code == "NoSuchBucket":
+            raise StorageError(
+                uri, f"{what} failed: NoSuchBucket: bucket {self.bucket!r} does not exist"
+            ) from e
+        if code in _NOT_FOUND_CODES or status == 404:
+            raise ObjectNotFoundError(uri) from e
+        if code == "InvalidRange" or status == 416:
+            raise _RangeNotSatisfiableError() from e
+        if code == "PreconditionFailed" or status == 412:
+            raise PreconditionFailedError(uri) from e
+
+    async def list_from(
+        self, directory: str, start_after: str | None = None
+    ) -> AsyncIterator[ObjectMeta]:
+        prefix = directory if not directory or directory.endswith("/") else directory + "/"
+        full_prefix = self._full_key(prefix)
+        token: str | None = None
+        uri = self.uri_for(prefix)
+        while True:
+            kwargs: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Prefix": full_prefix,
+                "Delimiter": "/",
+            }
+            if token is not None:
+                kwargs["ContinuationToken"] = token
+            elif start_after is not None:
+                kwargs["StartAfter"] = self._full_key(start_after)
+
+            async def list_page(client: Any, kwargs: dict[str, Any] = kwargs) -> Any:
+                self.stats.list_requests += 1
+                return await client.list_objects_v2(**kwargs)
+
+            page = await self._call(uri, "LIST", list_page)
+            for obj in page.get("Contents", ()):
+                key = self._relative_key(obj["Key"])
+                if key == prefix:  # a "directory marker" object
+                    continue
+                yield ObjectMeta(
+                    key=key,
+                    size=int(obj["Size"]),
+                    last_modified_ms=int(obj["LastModified"].timestamp() * 1000),
+                )
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+            if not token:
+                raise StorageError(uri, "LIST response is truncated but has no continuation token")
+
+    async def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
+        uri = self.uri_for(key)
+        check_byte_range(uri, byte_range)
+        if byte_range is not None and byte_range[0] == byte_range[1]:
+            return b""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
+        if byte_range is not None:
+            kwargs["Range"] = f"bytes={byte_range[0]}-{byte_range[1] - 1}"
+
+        async def fetch(client: Any) -> bytes:
+            self.stats.get_requests += 1
+            resp = await client.get_object(**kwargs)
+            async with resp["Body"] as body:
+                data: bytes = await body.read()
+            expected = resp.get("ContentLength")
+            if expected is not None and len(data) != int(expected):
+                raise botocore.exceptions.IncompleteReadError(
+                    actual_bytes=len(data), expected_bytes=int(expected)
+                )
+            return data
+
+        try:
+            return await self._call(uri, "GET", fetch)
+        except _RangeNotSatisfiableError:
+            # The range starts past the end of the object: nothing there, as for local files.
+            return b""
+
+    async def get_tagged(self, key: str) -> tuple[bytes, str]:
+        uri = self.uri_for(key)
+
+        async def fetch(client: Any) -> tuple[bytes, str]:
+            self.stats.get_requests += 1
+            resp = await client.get_object(Bucket=self.bucket, Key=self._full_key(key))
+            async with resp["Body"] as body:
+                data: bytes = await body.read()
+            return data, str(resp.get("ETag", ""))
+
+        return await self._call(uri, "GET", fetch)
+
+    async def put(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
+        uri = self.uri_for(key)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key), "Body": data}
+        if if_match == "":
+            kwargs["IfNoneMatch"] = "*"
+        elif if_match is not None:
+            kwargs["IfMatch"] = if_match
+
+        async def put_object(client: Any) -> Any:
+            self.stats.put_requests += 1
+            return await client.put_object(**kwargs)
+
+        try:
+            resp = await self._call(uri, "PUT", put_object)
+        except ObjectNotFoundError as e:
+            # S3 answers If-Match on a missing object with 404: the tag no longer holds.
+            raise PreconditionFailedError(uri, "no longer exists") from e
+        except PreconditionFailedError:
+            # A retried PUT whose first attempt did land (its response was lost) fails its
+            # own precondition; the object then holds exactly these bytes.
+            try:
+                current = await self.head(key)
+            except ObjectNotFoundError:
+                current = None
+            if current is not None and current.tag.strip('"') == hashlib.md5(data).hexdigest():
+                return current.tag
+            raise
+        return str(resp.get("ETag", ""))
+
+    async def delete(self, key: str) -> None:
+        uri = self.uri_for(key)
+
+        async def delete_object(client: Any) -> Any:
+            return await client.delete_object(Bucket=self.bucket, Key=self._full_key(key))
+
+        await self._call(uri, "DELETE", delete_object)
+
+    async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
+        """Small objects are downloaded whole (one request); larger ones are read with ranged
+        GETs as the reader asks for them, so memory holds only what is being decoded."""
+        if size is None:
+            size = (await self.head(key)).size
+        if size <= _WHOLE_OBJECT_LIMIT:
+            return pa.BufferReader(await self.get(key))
+        return pa.PythonFile(RangedObject(self, key, size), mode="r")
+
+    def _resolve_absolute(self, path: str) -> tuple[ObjectStore, str]:
+        scheme, _, rest = path.partition("://")
+        if scheme.lower() not in ("s3", "s3a") or not rest:
+            return super()._resolve_absolute(path)
+        bucket, _, key = rest.partition("/")
+        key = unquote(key)
+        if bucket == self.bucket and (not self.prefix or key.startswith(self.prefix + "/")):
+            return self, self._relative_key(key)
+        other = self._foreign.get(bucket)
+        if other is None:
+            other = S3Store(bucket, "", self.options)
+            other.stats = self.stats
+            self._foreign[bucket] = other
+        # Its retries are this store's: whoever listens here hears them too.
+        other.retry_listener = self.retry_listener
+        return other, key
+
+    async def head(self, key: str) -> ObjectMeta:
+        uri = self.uri_for(key)
+
+        async def head_object(client: Any) -> Any:
+            self.stats.head_requests += 1
+            return await client.head_object(Bucket=self.bucket, Key=self._full_key(key))
+
+        resp = await self._call(uri, "HEAD", head_object)
+        return ObjectMeta(
+            key=key,
+            size=int(resp["ContentLength"]),
+            last_modified_ms=int(resp["LastModified"].timestamp() * 1000),
+            tag=str(resp.get("ETag", "")),
+        )
