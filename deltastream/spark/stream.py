@@ -25,13 +25,15 @@ rows, planned as in :func:`deltastream.read_changes`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
+from anyio.from_thread import BlockingPortal
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -77,6 +79,8 @@ from deltastream.storage.base import ObjectStore
 __all__ = ["Offset", "StreamReader"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _SOURCE_VERSION = 1
 #: Versions whose planned files are kept between calls (the walk revisits the last ones).
@@ -141,23 +145,60 @@ class _Plan:
     changes: ChangeSchemas | None
 
 
+class _Session:
+    """One event loop (in a daemon thread) and one store for a reader's planning calls on
+    the driver: Spark calls the reader synchronously, many times per query, and a store's
+    clients (and their connections) belong to the loop that opened them. The thread is a
+    daemon so that a reader Spark never stops cannot keep the process from exiting."""
+
+    def __init__(self, source: SourceOptions) -> None:
+        ready = threading.Event()
+        portals: list[BlockingPortal] = []
+
+        async def serve() -> None:
+            async with BlockingPortal() as portal:
+                portals.append(portal)
+                ready.set()
+                await portal.sleep_until_stopped()
+
+        self._thread = threading.Thread(
+            target=anyio.run, args=(serve,), name="deltastream-spark-planner", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+        self.portal = portals[0]
+        self.store = open_store(source.path, source.storage_options)
+
+    def close(self) -> None:
+        try:
+            self.portal.call(self.store.aclose)
+        finally:
+            self.portal.call(self.portal.stop)
+            self._thread.join(timeout=10)
+
+
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches on the driver; executors read the files of each partition."""
 
     def __init__(self, source: SourceOptions) -> None:
         self.source = source
-        self._plan = anyio.run(self._load_plan)
+        self._session: _Session | None = None
         self._versions: dict[int, list[FilePartition]] = {}
         #: ``(version, protocol, metadata)``: what is in force for commit ``version``.
         self._table_before: tuple[int, Protocol, Metadata] | None = None
         self._snapshot: tuple[int, pa.Table, tuple[Any, ...]] | None = None
         #: Trigger.AvailableNow: the last version the query may read.
         self._cap: int | None = None
+        try:
+            self._plan = self._run(self._load_plan)
+        except BaseException:
+            self.stop()
+            raise
 
     # ------------------------------------------------------------------ Spark's interface
 
     def initialOffset(self) -> dict[str, Any]:
-        offset = anyio.run(self._initial_offset)
+        offset = self._run(self._initial_offset)
         return offset.to_json(self._plan.table_id)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -167,15 +208,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxFiles(files or DEFAULT_MAX_FILES)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._cap = anyio.run(self._latest_version)
+        self._cap = self._run(self._latest_version)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._offset(start)
-        end = anyio.run(self._advance, begin, self._budget(limit))
+        end = self._run(self._advance, begin, self._budget(limit))
         return max(begin, end).to_json(self._plan.table_id)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        files = anyio.run(self._between, self._offset(start), self._offset(end))
+        files = self._run(self._between, self._offset(start), self._offset(end))
         return self.source.pack(files)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -191,6 +232,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         self._versions.clear()
         self._snapshot = None
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark ships the reader to executors for read(): without the driver's event loop.
+        state = self.__dict__.copy()
+        state["_session"] = None
+        return state
+
+    # ------------------------------------------------------------------ the driver's loop
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` on the reader's event loop (started on first use)."""
+        if self._session is None:
+            self._session = _Session(self.source)
+        return self._session.portal.call(fn, *args)
 
     # ------------------------------------------------------------------ planning
 
@@ -208,23 +266,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _Budget(files, size)
 
     def _store(self) -> ObjectStore:
-        return open_store(self.source.path, self.source.storage_options)
+        """The reader's one store (its clients live on the reader's event loop)."""
+        assert self._session is not None
+        return self._session.store
 
     async def _load_plan(self) -> _Plan:
-        async with self._store() as store:
-            state, _ = await load_table_state(store)
-            assert state.protocol is not None and state.metadata is not None
-            protocol, metadata = state.protocol, state.metadata
-            changes = (
-                ChangeSchemas.build(protocol, metadata) if self.source.read_change_feed else None
-            )
-            schema = changes.inferred if changes else table_read_schema(protocol, metadata)
-            return _Plan(store.root_uri, metadata.id, protocol, metadata, schema, changes)
+        store = self._store()
+        state, _ = await load_table_state(store)
+        assert state.protocol is not None and state.metadata is not None
+        protocol, metadata = state.protocol, state.metadata
+        changes = ChangeSchemas.build(protocol, metadata) if self.source.read_change_feed else None
+        schema = changes.inferred if changes else table_read_schema(protocol, metadata)
+        return _Plan(store.root_uri, metadata.id, protocol, metadata, schema, changes)
 
     async def _latest_version(self) -> int:
-        async with self._store() as store:
-            segment, _ = await load_segment(store)
-            return segment.version
+        store = self._store()
+        segment, _ = await load_segment(store)
+        return segment.version
 
     async def _initial_offset(self) -> Offset:
         source = self.source
@@ -233,13 +291,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if source.starting_version == "latest":
             return Offset(await self._latest_version() + 1)
         if source.starting_timestamp_ms is not None:
-            async with self._store() as store:
-                version = await resolve_version_at(
-                    store,
-                    source.starting_timestamp_ms,
-                    TimestampSearch.AT_OR_AFTER,
-                    allow_after_latest=True,
-                )
+            store = self._store()
+            version = await resolve_version_at(
+                store,
+                source.starting_timestamp_ms,
+                TimestampSearch.AT_OR_AFTER,
+                allow_after_latest=True,
+            )
             return Offset(version)
         return Offset(await self._latest_version(), 0, snapshot=True)
 
@@ -247,29 +305,32 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The offset after as many files from ``start`` as ``budget`` admits."""
         files = size = 0
         position = start
-        async with self._store() as store:
-            async for before, partition, after in self._walk(store, start, None):
-                if partition is not None:
-                    full = (budget.files is not None and files >= budget.files) or (
-                        budget.bytes is not None and files > 0 and size >= budget.bytes
-                    )
-                    if full:
-                        return before
-                    files += 1
-                    size += partition.size
-                position = after
+        store = self._store()
+        async for before, partition, after in self._walk(store, start, None):
+            if partition is not None:
+                full = (budget.files is not None and files >= budget.files) or (
+                    budget.bytes is not None and files > 0 and size >= budget.bytes
+                )
+                if full:
+                    return before
+                files += 1
+                size += partition.size
+            position = after
         return position
 
     async def _between(self, start: Offset, end: Offset) -> list[FilePartition]:
         if end <= start:
             return []
         found: list[FilePartition] = []
-        async with self._store() as store:
-            async for before, partition, _ in self._walk(store, start, end.version):
-                if before >= end:
-                    break
-                if partition is not None:
-                    found.append(partition)
+        store = self._store()
+        # The last version with files before ``end`` (none of ``end.version``'s if it ends
+        # at that version's start).
+        last = end.version if end.index > 0 or end.snapshot else end.version - 1
+        async for before, partition, _ in self._walk(store, start, last):
+            if before >= end:
+                break
+            if partition is not None:
+                found.append(partition)
         return found
 
     async def _walk(
@@ -295,12 +356,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = min(caps) if caps else None
         if cap is not None and start.version > cap:
             return
+        version, index = start.version, start.index
+        if last is not None and all(v in self._versions for v in range(version, last + 1)):
+            # Spark asks for the partitions of the range latestOffset just planned: every
+            # version is planned already, so the log need not be listed again.
+            for v in range(version, min(last, cap if cap is not None else last) + 1):
+                planned = self._versions[v]
+                for i in range(index if v == version else 0, len(planned)):
+                    yield Offset(v, i), planned[i], Offset(v, i + 1)
+                yield Offset(v, len(planned)), None, Offset(v + 1)
+            return
         listing = await list_log(store, start.version)
         commits = listing.commits()
         newest = max(commits, default=start.version - 1)
         if cap is not None:
             newest = min(newest, cap)
-        version, index = start.version, start.index
         if version <= newest and version not in commits:
             missing = [v for v in range(version, min(commits, default=newest + 1))]
             if self.source.fail_on_data_loss:

@@ -404,3 +404,46 @@ def test_the_upgraded_table_is_refused_from_any_start(tmp_path: Path) -> None:
         with pytest.raises(ds.ChangeDataNotEnabledError) as caught:
             reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
         assert caught.value.versions == (2,)
+
+
+def test_one_store_for_all_planning_calls_and_no_listing_for_planned_partitions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deltastream.spark import stream
+
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)), configuration=CDF)
+    for i in range(3):
+        write_deltalake(uri, batch([10 + i]), mode="append")
+    opened: list[ds.ObjectStore] = []
+    real_open = stream.open_store
+
+    def counting_open(*args: Any, **kwargs: Any) -> ds.ObjectStore:
+        store = real_open(*args, **kwargs)
+        opened.append(store)
+        return store
+
+    monkeypatch.setattr(stream, "open_store", counting_open)
+    reader = StreamReader(
+        SourceOptions.parse({"path": uri, "readChangeFeed": "true", "startingVersion": "0"})
+    )
+    try:
+        offset, seen = reader.initialOffset(), []
+        for _ in range(3):
+            end = reader.latestOffset(offset, ReadMaxFiles(2))
+            (store,) = opened
+            lists = store.stats.list_requests
+            parts = reader.partitions(offset, end)
+            assert store.stats.list_requests == lists  # the range was planned already
+            seen += [i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist()]
+            reader.commit(end)
+            offset = end
+        assert sorted(seen) == [0, 1, 2, 10, 11, 12]
+        assert len(opened) == 1
+        # Spark ships the reader to executors (cloudpickle) without its event loop.
+        from pyspark import cloudpickle
+
+        shipped = cloudpickle.loads(cloudpickle.dumps(reader))
+        assert shipped.source == reader.source
+    finally:
+        reader.stop()
