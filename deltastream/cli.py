@@ -28,13 +28,11 @@ from deltastream.daemon.progress import TerminalProgress
 from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, ServiceConfig, single_stream
 from deltastream.daemon.sinks import parse_sink
-from deltastream.daemon.tailer import (
-    Mode,
-    OnMissingFile,
-    OnMissingVersions,
-    OnSchemaChange,
-    StartFrom,
-    TailConfig,
+from deltastream.daemon.stream_config import (
+    add_cli_options,
+    cli_options,
+    parse_key_values,
+    tail_config,
 )
 from deltastream.demo import run_demo
 from deltastream.errors import DeltaStreamError, InvalidArgumentError
@@ -44,7 +42,6 @@ from deltastream.read.api import read_rows
 from deltastream.runtime import use_fast_allocator
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table
-from deltastream.snapshot.timestamps import parse_timestamp
 
 __all__ = ["main"]
 
@@ -52,17 +49,14 @@ EXIT_ERROR = 2
 
 
 def _storage_options(pairs: Sequence[str]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidArgumentError(f"--storage-option expects KEY=VALUE, got {pair!r}")
-        options[key] = value
-    return options
+    return parse_key_values(pairs, "--storage-option")
+
+
+_URI_HELP = "table location: a local path or s3://bucket/prefix"
 
 
 def _add_table_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
+    p.add_argument("uri", help=_URI_HELP)
     p.add_argument(
         "--storage-option",
         action="append",
@@ -162,7 +156,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tail = sub.add_parser(
         "tail", help="follow a table: deliver its snapshot and/or changes to a sink, durably"
     )
-    _add_table_args(tail)
+    tail.add_argument("uri", help=_URI_HELP)
     tail.add_argument(
         "--sink",
         required=True,
@@ -172,83 +166,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "--state", required=True, help="the stream's state directory (a local path or s3://)"
     )
     tail.add_argument("--name", help="the stream's name (default: from the table's path)")
-    tail.add_argument(
-        "--mode",
-        choices=[m.value for m in Mode],
-        default=Mode.SNAPSHOT_AND_FOLLOW.value,
-        help="what to deliver (default: snapshot-and-follow)",
-    )
-    start_at = tail.add_mutually_exclusive_group()
-    start_at.add_argument(
-        "--from",
-        dest="start",
-        default="latest",
-        help="follow: the first version (N, an ISO-8601 time, or latest: the next commit); "
-        "snapshot modes: the snapshot's version (default: latest)",
-    )
-    start_at.add_argument(
-        "--from-timestamp",
-        dest="start_timestamp",
-        metavar="TS",
-        help="follow: the first version committed at or after TS (ISO-8601); "
-        "snapshot modes: the last version committed at or before it",
-    )
-    tail.add_argument(
-        "--poll-interval", type=float, default=1.0, help="seconds between polls (default 1)"
-    )
-    tail.add_argument(
-        "--no-notifications",
-        action="store_true",
-        help="poll only (no filesystem notifications or SQS wake-ups)",
-    )
-    tail.add_argument(
-        "--state-storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="S3 setting for the state directory (default: --storage-option if both are S3)",
-    )
-    tail.add_argument("--columns", help="comma-separated data columns (default: all)")
-    tail.add_argument(
-        "--on-schema-change",
-        choices=[m.value for m in OnSchemaChange],
-        default="stop",
-        help="a non-additive schema change stops the stream, or is followed (default: stop)",
-    )
-    tail.add_argument(
-        "--on-missing-versions",
-        choices=[m.value for m in OnMissingVersions],
-        default="fail",
-        help="commits removed before they were read: fail, or skip to the oldest checkpoint",
-    )
-    tail.add_argument(
-        "--on-missing-file",
-        choices=[m.value for m in OnMissingFile],
-        default="fail",
-        help="a data file vacuumed before it was read: fail, or skip it (logged)",
-    )
-    tail.add_argument(
-        "--infer-without-cdf",
-        action="store_true",
-        help="deliver versions written without change data as whole-file deletes and inserts",
-    )
-    tail.add_argument(
-        "--max-rows-per-delivery", type=int, default=100_000, help="rows per delivery at most"
-    )
-    tail.add_argument(
-        "--checkpoint-every-versions",
-        type=int,
-        default=1_000,
-        metavar="K",
-        help="save the stream's snapshot every K versions (default 1000)",
-    )
-    tail.add_argument(
-        "--checkpoint-every-seconds",
-        type=float,
-        default=600.0,
-        metavar="T",
-        help="... or every T seconds, whichever comes first (default 600)",
-    )
+    # --mode, --from, --storage-option, --poll-interval, …: the stream options, with their
+    # defaults and checks, as defined in deltastream.daemon.stream_config.
+    add_cli_options(tail)
     tail.add_argument(
         "--http",
         default="",
@@ -410,31 +330,8 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _tail_config(args: argparse.Namespace) -> ServiceConfig:
-    tail = TailConfig(
-        name=args.name or default_stream_name(args.uri),
-        uri=args.uri,
-        state=args.state,
-        mode=Mode(args.mode),
-        start=(
-            StartFrom(timestamp_ms=parse_timestamp(args.start_timestamp))
-            if args.start_timestamp is not None
-            else StartFrom.parse(args.start)
-        ),
-        storage_options=_storage_options(args.storage_option),
-        state_storage_options=(
-            _storage_options(args.state_storage_option) if args.state_storage_option else None
-        ),
-        columns=_columns(args.columns),
-        poll_interval=args.poll_interval,
-        notifications=not args.no_notifications,
-        on_schema_change=OnSchemaChange(args.on_schema_change),
-        on_missing_versions=OnMissingVersions(args.on_missing_versions),
-        on_missing_file=OnMissingFile(args.on_missing_file),
-        infer_without_cdf=args.infer_without_cdf,
-        max_rows_per_delivery=args.max_rows_per_delivery,
-        checkpoint_every_versions=args.checkpoint_every_versions,
-        checkpoint_every_seconds=args.checkpoint_every_seconds,
-    )
+    name = args.name or default_stream_name(args.uri)
+    tail = tail_config(name, args.uri, args.state, cli_options(args))
     config = single_stream(tail, args.sink, http_address=args.http or None)
     return replace(config, log_format=args.log_format, log_level=args.log_level)
 

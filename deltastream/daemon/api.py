@@ -9,6 +9,11 @@
                            mode="follow", start="latest",
                            storage_options={"region": "eu-west-1"})
 
+The keywords after ``state`` and ``name`` are the stream options, with the names, defaults
+and checks of :mod:`deltastream.daemon.stream_config` (the ``tail`` command's options and the
+``serve`` file's keys; ``from`` is ``start`` here): a wrong type or value raises
+:class:`~deltastream.errors.InvalidArgumentError` naming the keyword and the value.
+
 ``tail`` runs until cancelled (or, in ``snapshot`` mode, until the snapshot is delivered).
 Transient errors restart the stream after a backoff, as in the daemon; an error retrying
 cannot fix is raised.
@@ -17,21 +22,15 @@ cannot fix is raised.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from typing import Unpack
 from urllib.parse import urlsplit
 
 from deltastream.daemon.delivery import Delivery, Sink
 from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, single_stream
 from deltastream.daemon.sinks import CallbackSink, parse_sink
-from deltastream.daemon.tailer import (
-    Mode,
-    OnMissingFile,
-    OnMissingVersions,
-    OnSchemaChange,
-    StartFrom,
-    TailConfig,
-)
+from deltastream.daemon.stream_config import TailOptions, tail_config
 
 __all__ = ["default_stream_name", "tail"]
 
@@ -50,44 +49,17 @@ async def tail(
     *,
     state: str,
     name: str | None = None,
-    mode: str = "snapshot-and-follow",
-    start: str | int = "latest",
-    storage_options: Mapping[str, str] | None = None,
-    state_storage_options: Mapping[str, str] | None = None,
-    columns: Sequence[str] | None = None,
-    poll_interval: float = 1.0,
-    notifications: bool = True,
-    on_schema_change: str = "stop",
-    on_missing_versions: str = "fail",
-    on_missing_file: str = "fail",
-    infer_without_cdf: bool = False,
-    max_rows_per_delivery: int = 100_000,
     http_address: str | None = None,
     reset: bool = False,
+    **options: Unpack[TailOptions],
 ) -> None:
     """Follow the table at ``uri`` into ``sink``: a :class:`Sink`, a spec string
     (``jsonl:PATH``, ``parquet:DIR``, ``http://…``, ``exec:COMMAND``) or a function called
     with each :class:`Delivery` (sync or async; at-least-once). ``reset=True`` first
-    discards what the stream wrote to the sink and its state, starting it over."""
-    config = TailConfig(
-        name=name or default_stream_name(uri),
-        uri=uri,
-        state=state,
-        mode=Mode(mode),
-        start=StartFrom.parse(str(start)),
-        storage_options=dict(storage_options or {}),
-        state_storage_options=None
-        if state_storage_options is None
-        else dict(state_storage_options),
-        columns=None if columns is None else tuple(columns),
-        poll_interval=poll_interval,
-        notifications=notifications,
-        on_schema_change=OnSchemaChange(on_schema_change),
-        on_missing_versions=OnMissingVersions(on_missing_versions),
-        on_missing_file=OnMissingFile(on_missing_file),
-        infer_without_cdf=infer_without_cdf,
-        max_rows_per_delivery=max_rows_per_delivery,
-    )
+    discards what the stream wrote to the sink and its state, starting it over. ``options``:
+    ``mode``, ``start``, ``storage_options``, ``poll_interval``, … (see :class:`TailOptions`),
+    each at :class:`~deltastream.daemon.stream_config.TailConfig`'s default if not given."""
+    config = tail_config(name or default_stream_name(uri), uri, state, options)
     sinks: dict[str, Sink] = {}
     if isinstance(sink, Sink):
         sinks[config.name] = sink

@@ -24,7 +24,11 @@
     from = "latest"              # a version, an ISO-8601 timestamp, or "latest"
     storage_options = { region = "eu-west-1", sqs_queue_url = "https://…" }
 
-Unknown keys are errors (a typo must not silently fall back to a default).
+Unknown keys are errors (a typo must not silently fall back to a default). A table's keys
+besides ``name``, ``uri``, ``sink`` and ``state`` are the stream options defined, with their
+defaults and constraints, in :mod:`deltastream.daemon.stream_config`, and are checked as
+strictly (``notifications = "false"`` is an error, not true). Every error names the file and
+the section or ``[[tables]]`` entry once, then the key and the value.
 """
 
 from __future__ import annotations
@@ -32,18 +36,11 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from deltastream.daemon.service import ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import parse_sink
-from deltastream.daemon.tailer import (
-    Mode,
-    OnMissingFile,
-    OnMissingVersions,
-    OnSchemaChange,
-    StartFrom,
-    TailConfig,
-)
+from deltastream.daemon.stream_config import OPTIONS, convert_options, tail_config
 from deltastream.errors import InvalidArgumentError
 
 __all__ = ["SERVER_KEYS", "TABLE_KEYS", "load_config", "parse_config"]
@@ -58,28 +55,11 @@ SERVER_KEYS = (
     "max_restarts",
     "restart_window_seconds",
 )
-#: Keys of a ``[[tables]]`` entry (and of ``[defaults]``, plus ``state_dir``).
-TABLE_KEYS = (
-    "name",
-    "uri",
-    "sink",
-    "state",
-    "mode",
-    "from",
-    "storage_options",
-    "state_storage_options",
-    "columns",
-    "poll_interval",
-    "notifications",
-    "on_schema_change",
-    "on_missing_versions",
-    "on_missing_file",
-    "infer_without_cdf",
-    "max_rows_per_delivery",
-    "checkpoint_every_versions",
-    "checkpoint_every_seconds",
-)
+#: Keys of a ``[[tables]]`` entry (and of ``[defaults]``, plus ``state_dir``): the stream's
+#: identity, its sink, and the stream options.
+TABLE_KEYS = ("name", "uri", "sink", "state", *(option.key for option in OPTIONS.values()))
 _REQUIRED = ("name", "uri", "sink")
+_OPTION_KEYS = frozenset(option.key for option in OPTIONS.values())
 
 
 def load_config(path: str | Path) -> ServiceConfig:
@@ -102,6 +82,11 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
     _only(server, SERVER_KEYS, f"{source} [server]")
     defaults = _table(document, "defaults", source)
     _only(defaults, (*TABLE_KEYS, "state_dir"), f"{source} [defaults]")
+    # Checked here too, so that a wrong default is reported once, as [defaults]' own.
+    try:
+        convert_options({k: v for k, v in defaults.items() if k in _OPTION_KEYS}, toml=True)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{source} [defaults]: {e}") from None
     tables = document.get("tables", [])
     if not isinstance(tables, list) or not tables:
         raise InvalidArgumentError(f"{source}: needs at least one [[tables]] entry")
@@ -114,76 +99,62 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
         merged = {**defaults, **entry}
         streams.append(_stream(merged, where))
     _check_sink_outputs(streams, source)
-    http = server.get("http", "127.0.0.1:9464")
     try:
+        http = _str(server.get("http", "127.0.0.1:9464"), "http")
+        shutdown_grace = _seconds(server, "shutdown_grace", 8.0)
+        log_format = _str(server.get("log_format", "text"), "log_format")
+        log_level = _str(server.get("log_level", "info"), "log_level")
+        degraded_after = _seconds(server, "degraded_after_seconds", 60.0)
+        max_restarts = _count(server, "max_restarts", 3)
+        restart_window = _seconds(server, "restart_window_seconds", 600.0)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{source} [server]: {e}") from None
+    try:
+        # Negative and NaN values are refused by ServiceConfig, naming the key; so are
+        # streams sharing a name or a state directory.
         return ServiceConfig(
             streams=tuple(streams),
-            http_address=_str(http, "http", source) or None,
-            shutdown_grace=float(server.get("shutdown_grace", 8.0)),
+            http_address=http or None,
+            shutdown_grace=shutdown_grace,
             work_dir=server.get("work_dir"),
-            log_format=_str(server.get("log_format", "text"), "log_format", source),
-            log_level=_str(server.get("log_level", "info"), "log_level", source),
-            # Negative and NaN values are refused by ServiceConfig, naming the key.
-            degraded_after_seconds=_seconds(server, "degraded_after_seconds", 60.0),
-            max_restarts=_count(server, "max_restarts", 3),
-            restart_window_seconds=_seconds(server, "restart_window_seconds", 600.0),
+            log_format=log_format,
+            log_level=log_level,
+            degraded_after_seconds=degraded_after,
+            max_restarts=max_restarts,
+            restart_window_seconds=restart_window,
         )
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{source}: {e}") from e
     except (TypeError, ValueError) as e:
-        if isinstance(e, InvalidArgumentError):
-            raise InvalidArgumentError(f"{source}: {e}") from e
         raise InvalidArgumentError(f"{source} [server]: {e}") from e
 
 
 def _stream(entry: Mapping[str, Any], where: str) -> StreamConfig:
+    """One ``[[tables]]`` entry (merged with ``[defaults]``); ``where`` names it in errors."""
     for key in _REQUIRED:
         if key not in entry:
             raise InvalidArgumentError(f"{where}: missing {key!r}")
-    name = _str(entry["name"], "name", where)
-    where = f"{where} ({name})"
-    state = entry.get("state")
-    if state is None:
-        state_dir = entry.get("state_dir")
-        if state_dir is None:
-            raise InvalidArgumentError(f"{where}: needs 'state' (or 'state_dir' in [defaults])")
-        state = f"{_str(state_dir, 'state_dir', where).rstrip('/')}/{name}"
     try:
-        tail = TailConfig(
-            name=name,
-            uri=_str(entry["uri"], "uri", where),
-            state=_str(state, "state", where),
-            mode=_enum(Mode, entry.get("mode", Mode.SNAPSHOT_AND_FOLLOW.value), "mode", where),
-            start=StartFrom.parse(str(entry.get("from", "latest"))),
-            storage_options=_options(entry.get("storage_options", {}), "storage_options", where),
-            state_storage_options=(
-                _options(entry["state_storage_options"], "state_storage_options", where)
-                if "state_storage_options" in entry
-                else None
-            ),
-            columns=_columns(entry.get("columns"), where),
-            poll_interval=float(entry.get("poll_interval", 1.0)),
-            notifications=bool(entry.get("notifications", True)),
-            on_schema_change=_enum(
-                OnSchemaChange, entry.get("on_schema_change", "stop"), "on_schema_change", where
-            ),
-            on_missing_versions=_enum(
-                OnMissingVersions,
-                entry.get("on_missing_versions", "fail"),
-                "on_missing_versions",
-                where,
-            ),
-            on_missing_file=_enum(
-                OnMissingFile, entry.get("on_missing_file", "fail"), "on_missing_file", where
-            ),
-            infer_without_cdf=bool(entry.get("infer_without_cdf", False)),
-            max_rows_per_delivery=int(entry.get("max_rows_per_delivery", 100_000)),
-            checkpoint_every_versions=int(entry.get("checkpoint_every_versions", 1_000)),
-            checkpoint_every_seconds=float(entry.get("checkpoint_every_seconds", 600.0)),
-        )
+        name = _str(entry["name"], "name")
     except InvalidArgumentError as e:
-        raise InvalidArgumentError(f"{where}: {e}") from e
-    except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"{where}: {e}") from e
-    return StreamConfig(tail, _str(entry["sink"], "sink", where))
+        raise InvalidArgumentError(f"{where}: {e}") from None
+    where = f"{where} ({name})"
+    # Every message below names the key and value only: the place is added here, once.
+    try:
+        state = entry.get("state")
+        if state is None:
+            state_dir = entry.get("state_dir")
+            if state_dir is None:
+                raise InvalidArgumentError("needs 'state' (or 'state_dir' in [defaults])")
+            state = f"{_str(state_dir, 'state_dir').rstrip('/')}/{name}"
+        options = {k: v for k, v in entry.items() if k in _OPTION_KEYS}
+        tail = tail_config(
+            name, _str(entry["uri"], "uri"), _str(state, "state"), options, toml=True
+        )
+        sink = _str(entry["sink"], "sink")
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{where}: {e}") from None
+    return StreamConfig(tail, sink)
 
 
 def _check_sink_outputs(streams: list[StreamConfig], source: str) -> None:
@@ -220,9 +191,9 @@ def _table(document: Mapping[str, Any], key: str, source: str) -> Mapping[str, A
     return value
 
 
-def _str(value: object, key: str, where: str) -> str:
+def _str(value: object, key: str) -> str:
     if not isinstance(value, str):
-        raise InvalidArgumentError(f"{where}: {key!r} must be a string, not {value!r}")
+        raise InvalidArgumentError(f"{key!r} must be a string, not {value!r}")
     return value
 
 
@@ -239,30 +210,3 @@ def _count(server: Mapping[str, Any], key: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{key!r} must be a whole number, not {value!r}")
     return value
-
-
-def _options(value: object, key: str, where: str) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise InvalidArgumentError(f"{where}: {key!r} must be a table of strings")
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _columns(value: object, where: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-        raise InvalidArgumentError(f"{where}: 'columns' must be a list of column names")
-    return tuple(value)
-
-
-E = TypeVar("E", Mode, OnSchemaChange, OnMissingVersions, OnMissingFile)
-
-
-def _enum(kind: type[E], value: object, key: str, where: str) -> E:
-    try:
-        return kind(value)
-    except ValueError:
-        choices = ", ".join(repr(m.value) for m in kind)
-        raise InvalidArgumentError(
-            f"{where}: {key!r} must be one of {choices}, not {value!r}"
-        ) from None

@@ -38,13 +38,11 @@ Rows before the version that stopped the stream are delivered and committed firs
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import logging
-import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 
 import anyio
 import anyio.to_thread
@@ -56,6 +54,14 @@ from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
 from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.state import StateStore, StreamState
+from deltastream.daemon.stream_config import (  # defined there, re-exported here
+    Mode,
+    OnMissingFile,
+    OnMissingVersions,
+    OnSchemaChange,
+    StartFrom,
+    TailConfig,
+)
 from deltastream.daemon.watcher import LogWatcher
 from deltastream.errors import (
     ChangeDataNotEnabledError,
@@ -89,7 +95,7 @@ from deltastream.snapshot.loader import (
 )
 from deltastream.snapshot.reconcile import LogState
 from deltastream.snapshot.snapshot import Snapshot
-from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at, parse_timestamp
+from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
 from deltastream.storage.retry import RetryEvent
@@ -109,118 +115,10 @@ log = logging.getLogger(__name__)
 
 #: Commits fetched per round trip while catching up.
 _COMMIT_CHUNK = 64
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-class Mode(enum.Enum):
-    #: The table at one version as ``insert`` rows, then stop.
-    SNAPSHOT = "snapshot"
-    #: The changes of every version from a starting version on.
-    FOLLOW = "follow"
-    #: The snapshot as ``insert`` rows, then the changes of every later version.
-    SNAPSHOT_AND_FOLLOW = "snapshot-and-follow"
-
-
-class OnSchemaChange(enum.Enum):
-    STOP = "stop"
-    CONTINUE = "continue"
-
-
-class OnMissingVersions(enum.Enum):
-    FAIL = "fail"
-    RESUME_FROM_CHECKPOINT = "resume-from-checkpoint"
-
-
-class OnMissingFile(enum.Enum):
-    FAIL = "fail"
-    SKIP = "skip"
-
-
-@dataclass(frozen=True)
-class StartFrom:
-    """Where a new stream starts: a version, a timestamp (epoch ms) or the latest version.
-
-    For ``follow``, the first version whose changes are delivered (``latest``: the next
-    version to be committed; a timestamp: the first version committed at or after it). For
-    the snapshot modes, the version of the snapshot (a timestamp: the version current then).
-    """
-
-    version: int | None = None
-    timestamp_ms: int | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> StartFrom:
-        """``latest``, a version number, or an ISO-8601 timestamp."""
-        text = text.strip()
-        if text.lower() == "latest":
-            return cls()
-        if text.isdigit():
-            return cls(version=int(text))
-        return cls(timestamp_ms=parse_timestamp(text))
-
-    def __str__(self) -> str:
-        if self.version is not None:
-            return str(self.version)
-        if self.timestamp_ms is not None:
-            return f"timestamp {self.timestamp_ms}"
-        return "latest"
 
 
 #: ``(what, done, total)``: called as a long catch-up or snapshot advances.
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class TailConfig:
-    """One stream: which table, from where, to which sink, with which state directory."""
-
-    name: str
-    uri: str
-    state: str
-    mode: Mode = Mode.SNAPSHOT_AND_FOLLOW
-    start: StartFrom = field(default_factory=StartFrom)
-    storage_options: Mapping[str, str] = field(default_factory=dict)
-    #: Options for the state directory's store (default: ``storage_options`` if both are S3).
-    state_storage_options: Mapping[str, str] | None = None
-    columns: Sequence[str] | None = None
-    poll_interval: float = 1.0
-    poll_jitter: float = 0.1
-    notifications: bool = True
-    on_schema_change: OnSchemaChange = OnSchemaChange.STOP
-    on_missing_versions: OnMissingVersions = OnMissingVersions.FAIL
-    on_missing_file: OnMissingFile = OnMissingFile.FAIL
-    #: Produce changes from add/remove actions for versions written without change data.
-    infer_without_cdf: bool = False
-    max_rows_per_delivery: int = 100_000
-    max_versions_per_round: int = 1_000
-    #: Save the table state every this many versions or seconds (whichever comes first).
-    checkpoint_every_versions: int = 1_000
-    checkpoint_every_seconds: float = 600.0
-    #: Replay at most this many commits on top of a saved state; beyond, or when catching up
-    #: more versions than this, the table's own checkpoint is used.
-    replay_limit: int = 100
-
-    @property
-    def resolved_state_options(self) -> Mapping[str, str]:
-        """The state store's options: ``state_storage_options``, or by default the table's
-        ``storage_options`` when both are on S3."""
-        if self.state_storage_options is not None:
-            return self.state_storage_options
-        both_s3 = self.uri.startswith("s3") and self.state.startswith("s3")
-        return self.storage_options if both_s3 else {}
-
-    def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise InvalidArgumentError(
-                f"stream name {self.name!r} may only hold letters, digits, '.', '-' and '_'"
-            )
-        for key in ("max_rows_per_delivery", "max_versions_per_round", "replay_limit"):
-            if getattr(self, key) < 1:
-                raise InvalidArgumentError(f"{key} must be >= 1")
-        if not (0 < self.poll_interval < float("inf")):  # NaN fails too
-            raise InvalidArgumentError(
-                f"poll interval must be a positive number of seconds, not {self.poll_interval}"
-            )
 
 
 class _Stop(Exception):

@@ -119,3 +119,31 @@ def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
     path.write_text("[[tables]\nname=")
     with pytest.raises(InvalidArgumentError, match=r"bad.toml: not valid TOML"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"mode": "tail"}, "'mode' must be one of 'snapshot', 'follow', 'snapshot-and-follow'"),
+        ({"name": 5}, "'name' must be a string, not 5"),
+        ({"uri": 5}, "'uri' must be a string, not 5"),
+        ({"notifications": "false"}, "'notifications' must be true or false, not 'false'"),
+    ],
+)
+def test_errors_name_the_place_once(entry: dict[str, object], message: str) -> None:
+    table = {"name": "a", "uri": "/t", "sink": "jsonl:-", "state": "/s", **entry}
+    with pytest.raises(InvalidArgumentError) as e:
+        parse_config({"tables": [table]}, "bad5.toml")
+    text = str(e.value)
+    assert text.count("bad5.toml") == 1 and message in text
+    where = "bad5.toml [[tables]] #1" if "name" in entry else "bad5.toml [[tables]] #1 (a)"
+    assert text.startswith(f"{where}: ")
+
+
+def test_server_errors_name_the_section_once() -> None:
+    # One prefix for [server] too (it used to read "c.toml: c.toml: 'http' must …").
+    table = {"name": "a", "uri": "/t", "sink": "jsonl:-", "state": "/s"}
+    document = {"server": {"http": 9464}, "tables": [table]}
+    with pytest.raises(InvalidArgumentError) as e:
+        parse_config(document, "c.toml")
+    assert str(e.value) == "c.toml [server]: 'http' must be a string, not 9464"

@@ -1,0 +1,542 @@
+"""A stream's settings, defined once: :class:`TailConfig` and the options users give.
+
+Each field of :class:`TailConfig` states its type, default and constraints in one place, its
+annotation; a field users set (everything but the stream's identity and a few tuning knobs)
+also carries an :class:`Option`: its ``tail`` flag, help text and, where it differs from the
+field's name, its TOML key. From that definition come the ``deltastream tail`` options
+(:func:`add_cli_options`, :func:`cli_options`), the keys of a ``serve`` file's ``[[tables]]``
+and ``[defaults]`` (:data:`OPTIONS`, :func:`convert_options`) and the keywords of
+:func:`deltastream.tail` (:class:`TailOptions`, :func:`tail_config`).
+
+Values are checked strictly, by pydantic in strict mode, whichever way they come: a string
+is no boolean (``"false"`` is not false), a float no count (``1.9`` is not 1), ``true`` no
+number, NaN and infinity no seconds, and out-of-range values are refused. Every error is an
+:class:`~deltastream.errors.InvalidArgumentError` naming the key as the user spelled it (the
+Python keyword, the TOML key or the CLI flag) and the value given; callers add where it was
+given (a file, a ``[[tables]]`` entry), once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import enum
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Annotated, Any, TypedDict, TypeVar, get_args, get_type_hints
+
+from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
+
+from deltastream.errors import InvalidArgumentError
+from deltastream.snapshot.timestamps import parse_timestamp
+
+__all__ = [
+    "OPTIONS",
+    "CliForm",
+    "Mode",
+    "OnMissingFile",
+    "OnMissingVersions",
+    "OnSchemaChange",
+    "Option",
+    "StartFrom",
+    "StreamOption",
+    "TailConfig",
+    "TailOptions",
+    "add_cli_options",
+    "cli_options",
+    "convert_options",
+    "parse_key_values",
+    "tail_config",
+]
+
+
+class Mode(enum.Enum):
+    #: The table at one version as ``insert`` rows, then stop.
+    SNAPSHOT = "snapshot"
+    #: The changes of every version from a starting version on.
+    FOLLOW = "follow"
+    #: The snapshot as ``insert`` rows, then the changes of every later version.
+    SNAPSHOT_AND_FOLLOW = "snapshot-and-follow"
+
+
+class OnSchemaChange(enum.Enum):
+    STOP = "stop"
+    CONTINUE = "continue"
+
+
+class OnMissingVersions(enum.Enum):
+    FAIL = "fail"
+    RESUME_FROM_CHECKPOINT = "resume-from-checkpoint"
+
+
+class OnMissingFile(enum.Enum):
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class StartFrom:
+    """Where a new stream starts: a version, a timestamp (epoch ms) or the latest version.
+
+    For ``follow``, the first version whose changes are delivered (``latest``: the next
+    version to be committed; a timestamp: the first version committed at or after it). For
+    the snapshot modes, the version of the snapshot (a timestamp: the version current then).
+    """
+
+    version: int | None = None
+    timestamp_ms: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> StartFrom:
+        """``latest``, a version number, or an ISO-8601 timestamp."""
+        text = text.strip()
+        if text.lower() == "latest":
+            return cls()
+        if text.isdigit():
+            return cls(version=int(text))
+        return cls(timestamp_ms=parse_timestamp(text))
+
+    def __str__(self) -> str:
+        if self.version is not None:
+            return str(self.version)
+        if self.timestamp_ms is not None:
+            return f"timestamp {self.timestamp_ms}"
+        return "latest"
+
+
+# --- the vocabulary of the definition ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Must:
+    """What a valid value is, for errors: ``'<key>' <phrase>, not <value>``."""
+
+    phrase: str
+
+
+class CliForm(enum.Enum):
+    """How an option is given on the command line."""
+
+    #: ``--flag VALUE``: text, read as the field's type (an enum: one of its values).
+    VALUE = "value"
+    #: ``--flag`` alone, for a boolean: sets the opposite of its default.
+    SWITCH = "switch"
+    #: ``--flag KEY=VALUE``, repeated: a mapping.
+    PAIRS = "pairs"
+    #: ``--flag A,B,C``: a list (empty: the default).
+    LIST = "list"
+
+
+@dataclass(frozen=True)
+class Option:
+    """Marks a :class:`TailConfig` field as a setting users give, and how they give it."""
+
+    flag: str
+    help: str
+    form: CliForm = CliForm.VALUE
+    #: The TOML key, when it cannot be the field's name (``from`` is a Python keyword).
+    key: str | None = None
+    metavar: str | None = None
+
+
+@dataclass(frozen=True)
+class StreamOption:
+    """One setting users give, resolved from the definition (see :data:`OPTIONS`)."""
+
+    #: The :class:`TailConfig` field, which is also the keyword of ``deltastream.tail``.
+    name: str
+    #: The key in a ``serve`` file's ``[[tables]]`` and ``[defaults]``.
+    key: str
+    flag: str
+    help: str
+    form: CliForm
+    metavar: str | None
+    default: object
+    #: The accepted values, for an enum.
+    choices: tuple[str, ...] | None
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _member(kind: type[E], value: object) -> object:
+    """An enum's member from its value; anything else is left for the type check to refuse
+    (with the list of choices)."""
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _by_value(kind: type[enum.Enum]) -> BeforeValidator:
+    return BeforeValidator(functools.partial(_member, kind))
+
+
+def _start(value: object) -> object:
+    if isinstance(value, str):
+        return StartFrom.parse(value)  # its errors say what is wrong with the text
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return StartFrom(version=value)
+    if isinstance(value, dt.date):  # a TOML date or date-time, written without quotes
+        return StartFrom.parse(value.isoformat())
+    return value
+
+
+def _texts(value: object) -> object:
+    """Scalar option values as text: storage options are strings to the stores, which parse
+    and check them (``max_attempts = 5`` in TOML means ``"5"``); tables and lists are refused."""
+    if not isinstance(value, Mapping):
+        return value
+
+    def text(v: object) -> object:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return str(v) if isinstance(v, int | float) else v
+
+    return {k: text(v) for k, v in value.items()}
+
+
+def _tuple(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
+Text = Annotated[str, Must("must be a string")]
+Seconds = Annotated[
+    float, Field(gt=0, allow_inf_nan=False), Must("must be a positive number of seconds")
+]
+Count = Annotated[int, Field(ge=1), Must("must be a whole number >= 1")]
+Switch = Annotated[bool, Must("must be true or false")]
+Options = Annotated[Mapping[str, str], BeforeValidator(_texts), Must("must be a table of strings")]
+
+
+# --- the definition ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TailConfig:
+    """One stream: which table, from where, to which sink, with which state directory.
+
+    Every value is checked (and put in its canonical form: an enum member from its value, a
+    tuple of columns) when the config is made, also by ``dataclasses.replace``."""
+
+    name: Annotated[
+        str,
+        Field(pattern=r"^[A-Za-z0-9._-]+$"),
+        Must("may only hold letters, digits, '.', '-' and '_'"),
+    ]
+    uri: Text
+    state: Text
+    mode: Annotated[Mode, _by_value(Mode), Option("--mode", "what to deliver")] = (
+        Mode.SNAPSHOT_AND_FOLLOW
+    )
+    start: Annotated[
+        StartFrom,
+        BeforeValidator(_start),
+        Must("must be 'latest', a version number or an ISO-8601 timestamp"),
+        Option(
+            "--from",
+            "follow: the first version (N, an ISO-8601 time, or latest: the next commit); "
+            "snapshot modes: the snapshot's version",
+            key="from",
+            metavar="START",
+        ),
+    ] = field(default_factory=StartFrom)
+    storage_options: Annotated[
+        Options,
+        Option(
+            "--storage-option",
+            "S3 setting (endpoint_url, region, access_key_id, …); may repeat",
+            CliForm.PAIRS,
+            metavar="KEY=VALUE",
+        ),
+    ] = field(default_factory=dict)
+    #: Options for the state directory's store (default: ``storage_options`` if both are S3).
+    state_storage_options: Annotated[
+        Mapping[str, str] | None,
+        BeforeValidator(_texts),
+        Must("must be a table of strings"),
+        Option(
+            "--state-storage-option",
+            "S3 setting for the state directory (default: --storage-option if both are S3)",
+            CliForm.PAIRS,
+            metavar="KEY=VALUE",
+        ),
+    ] = None
+    columns: Annotated[
+        Sequence[str] | None,
+        BeforeValidator(_tuple),
+        Must("must be a list of column names"),
+        Option("--columns", "comma-separated data columns (default: all)", CliForm.LIST),
+    ] = None
+    poll_interval: Annotated[Seconds, Option("--poll-interval", "seconds between polls")] = 1.0
+    #: Each wait between polls is the interval times 1 ± up to this fraction.
+    poll_jitter: Annotated[
+        float, Field(ge=0, lt=1, allow_inf_nan=False), Must("must be a fraction in [0, 1)")
+    ] = 0.1
+    notifications: Annotated[
+        Switch,
+        Option(
+            "--no-notifications",
+            "poll only (no filesystem notifications or SQS wake-ups)",
+            CliForm.SWITCH,
+        ),
+    ] = True
+    on_schema_change: Annotated[
+        OnSchemaChange,
+        _by_value(OnSchemaChange),
+        Option(
+            "--on-schema-change",
+            "a non-additive schema change stops the stream, or is followed",
+        ),
+    ] = OnSchemaChange.STOP
+    on_missing_versions: Annotated[
+        OnMissingVersions,
+        _by_value(OnMissingVersions),
+        Option(
+            "--on-missing-versions",
+            "commits removed before they were read: fail, or skip to the oldest checkpoint",
+        ),
+    ] = OnMissingVersions.FAIL
+    on_missing_file: Annotated[
+        OnMissingFile,
+        _by_value(OnMissingFile),
+        Option(
+            "--on-missing-file",
+            "a data file vacuumed before it was read: fail, or skip it, logging it",
+        ),
+    ] = OnMissingFile.FAIL
+    #: Produce changes from add/remove actions for versions written without change data.
+    infer_without_cdf: Annotated[
+        Switch,
+        Option(
+            "--infer-without-cdf",
+            "deliver versions written without change data as whole-file deletes and inserts",
+            CliForm.SWITCH,
+        ),
+    ] = False
+    max_rows_per_delivery: Annotated[
+        Count, Option("--max-rows-per-delivery", "rows per delivery at most")
+    ] = 100_000
+    max_versions_per_round: Count = 1_000
+    #: Save the table state every this many versions or seconds (whichever comes first).
+    checkpoint_every_versions: Annotated[
+        Count,
+        Option(
+            "--checkpoint-every-versions",
+            "save the stream's snapshot every K versions",
+            metavar="K",
+        ),
+    ] = 1_000
+    # Zero is allowed here (save after every round); the interval between polls is not.
+    checkpoint_every_seconds: Annotated[
+        float,
+        Field(ge=0, allow_inf_nan=False),
+        Must("must be a number of seconds >= 0"),
+        Option(
+            "--checkpoint-every-seconds",
+            "... or every T seconds, whichever comes first",
+            metavar="T",
+        ),
+    ] = 600.0
+    #: Replay at most this many commits on top of a saved state; beyond, or when catching up
+    #: more versions than this, the table's own checkpoint is used.
+    replay_limit: Count = 100
+
+    @property
+    def resolved_state_options(self) -> Mapping[str, str]:
+        """The state store's options: ``state_storage_options``, or by default the table's
+        ``storage_options`` when both are on S3."""
+        if self.state_storage_options is not None:
+            return self.state_storage_options
+        both_s3 = self.uri.startswith("s3") and self.state.startswith("s3")
+        return self.storage_options if both_s3 else {}
+
+    def __post_init__(self) -> None:
+        for spec in _FIELDS.values():
+            value = _convert(spec, getattr(self, spec.name), spec.name)
+            object.__setattr__(self, spec.name, value)
+
+
+class TailOptions(TypedDict, total=False):
+    """The options of :data:`OPTIONS` as keywords of ``deltastream.tail`` (for type checkers:
+    their defaults are :class:`TailConfig`'s; a test keeps the two in step)."""
+
+    mode: Mode | str
+    start: StartFrom | str | int
+    storage_options: Mapping[str, str]
+    state_storage_options: Mapping[str, str] | None
+    columns: Sequence[str] | None
+    poll_interval: float
+    notifications: bool
+    on_schema_change: OnSchemaChange | str
+    on_missing_versions: OnMissingVersions | str
+    on_missing_file: OnMissingFile | str
+    infer_without_cdf: bool
+    max_rows_per_delivery: int
+    checkpoint_every_versions: int
+    checkpoint_every_seconds: float
+
+
+# --- reading the definition ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    adapter: TypeAdapter[Any]
+    must: str
+
+
+def _describe() -> tuple[dict[str, _Field], dict[str, StreamOption]]:
+    hints = get_type_hints(TailConfig, include_extras=True)
+    specs: dict[str, _Field] = {}
+    options: dict[str, StreamOption] = {}
+    for f in fields(TailConfig):
+        hint = hints[f.name]
+        metadata = getattr(hint, "__metadata__", ())
+        base = get_args(hint)[0] if metadata else hint
+        members: list[enum.Enum] = list(base) if isinstance(base, enum.EnumMeta) else []
+        choices = tuple(str(m.value) for m in members) or None
+        must = next((m.phrase for m in metadata if isinstance(m, Must)), None)
+        if must is None:
+            assert choices is not None, f"TailConfig.{f.name} needs a Must phrase"
+            must = f"must be one of {', '.join(repr(c) for c in choices)}"
+        specs[f.name] = _Field(f.name, TypeAdapter(hint), must)
+        option = next((m for m in metadata if isinstance(m, Option)), None)
+        if option is not None:
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            options[f.name] = StreamOption(
+                name=f.name,
+                key=option.key or f.name,
+                flag=option.flag,
+                help=option.help,
+                form=option.form,
+                metavar=option.metavar,
+                default=default,
+                choices=choices,
+            )
+    return specs, options
+
+
+def _convert(spec: _Field, value: object, label: str, *, text: bool = False) -> object:
+    """``value`` checked against the field's type and constraints (``text``: read from a
+    command line's string); errors name ``label`` and the value."""
+    try:
+        if text:
+            return spec.adapter.validate_strings(value, strict=True)
+        return spec.adapter.validate_python(value, strict=True)
+    except ValidationError as e:
+        cause = e.errors()[0].get("ctx", {}).get("error")
+        if isinstance(cause, InvalidArgumentError):  # a parser's own words (a timestamp)
+            raise InvalidArgumentError(f"{label!r}: {cause}") from None
+        raise InvalidArgumentError(f"{label!r} {spec.must}, not {value!r}") from None
+
+
+_FIELDS, _OPTIONS = _describe()
+#: The settings users give, by :class:`TailConfig` field (= ``deltastream.tail`` keyword),
+#: in the definition's order.
+OPTIONS: Mapping[str, StreamOption] = _OPTIONS
+_BY_KEY = {o.key: o.name for o in OPTIONS.values()}
+
+
+def convert_options(values: Mapping[str, object], *, toml: bool = False) -> dict[str, object]:
+    """Options by ``deltastream.tail`` keyword (``toml``: by TOML key) checked and converted,
+    by :class:`TailConfig` field. Unknown keys are errors."""
+    names = _BY_KEY if toml else {name: name for name in OPTIONS}
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown option(s) {unknown}; known options: {', '.join(names)}"
+        )
+    return {names[k]: _convert(_FIELDS[names[k]], v, k) for k, v in values.items()}
+
+
+def tail_config(
+    name: str, uri: str, state: str, options: Mapping[str, object], *, toml: bool = False
+) -> TailConfig:
+    """A stream's config from its identity and ``options`` (see :func:`convert_options`);
+    options not given take :class:`TailConfig`'s defaults."""
+    values: dict[str, Any] = {
+        key: _convert(_FIELDS[key], value, key)
+        for key, value in (("name", name), ("uri", uri), ("state", state))
+    }
+    values.update(convert_options(options, toml=toml))
+    return TailConfig(**values)
+
+
+# --- the command line ----------------------------------------------------------------------
+
+_FROM_TIMESTAMP = "--from-timestamp"
+
+
+def add_cli_options(parser: argparse.ArgumentParser) -> None:
+    """Add every option of :data:`OPTIONS` to ``tail``'s parser. An option not given is left
+    ``None``, so that :class:`TailConfig`'s default applies."""
+    for option in OPTIONS.values():
+        text = option.help
+        if option.form is CliForm.VALUE and option.default is not None:
+            default = option.default
+            shown = default.value if isinstance(default, enum.Enum) else default
+            text += f" (default: {shown:g})" if isinstance(shown, float) else f" (default: {shown})"
+        settings: dict[str, Any] = {"dest": option.name, "default": None, "help": text}
+        if option.form is CliForm.SWITCH:
+            # The flag says the opposite of the default: --no-notifications, --infer-…
+            settings["action"] = "store_false" if option.default else "store_true"
+        else:
+            settings["action"] = "append" if option.form is CliForm.PAIRS else "store"
+            settings.update(choices=option.choices, metavar=option.metavar)
+        if option.name != "start":
+            parser.add_argument(option.flag, **settings)
+            continue
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument(option.flag, **settings)
+        # The same StartFrom as --from with a timestamp, but only a timestamp: a second flag,
+        # not a second field.
+        group.add_argument(
+            _FROM_TIMESTAMP,
+            dest="start_timestamp",
+            metavar="TS",
+            help="follow: the first version committed at or after TS (ISO-8601); "
+            "snapshot modes: the last version committed at or before it",
+        )
+
+
+def cli_options(args: argparse.Namespace) -> dict[str, object]:
+    """The options given on ``tail``'s command line, checked, by :class:`TailConfig` field;
+    errors name the flag."""
+    values: dict[str, object] = {}
+    for option in OPTIONS.values():
+        raw = getattr(args, option.name, None)
+        if raw is None:
+            continue
+        spec = _FIELDS[option.name]
+        if option.form is CliForm.PAIRS:
+            values[option.name] = _convert(spec, parse_key_values(raw, option.flag), option.flag)
+        elif option.form is CliForm.LIST:
+            items = [item.strip() for item in raw.split(",") if item.strip()]
+            values[option.name] = _convert(spec, items or None, option.flag)
+        elif option.form is CliForm.SWITCH:
+            values[option.name] = _convert(spec, raw, option.flag)
+        else:
+            values[option.name] = _convert(spec, raw, option.flag, text=True)
+    timestamp = getattr(args, "start_timestamp", None)
+    if timestamp is not None:
+        try:
+            values["start"] = StartFrom(timestamp_ms=parse_timestamp(timestamp))
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"{_FROM_TIMESTAMP!r}: {e}") from None
+    return values
+
+
+def parse_key_values(pairs: Sequence[str], flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` command-line values (``flag`` names the option in errors) as a dict."""
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidArgumentError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        options[key] = value
+    return options
