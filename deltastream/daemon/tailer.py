@@ -42,7 +42,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import anyio
 import anyio.to_thread
@@ -125,6 +125,18 @@ class _Stop(Exception):
     """Raised inside a round to end it early (shutdown requested)."""
 
 
+@dataclass
+class _Round:
+    """One round of deliveries, as its task source reports it to the pump: where it ends,
+    and the error that ended it early (the versions before it are delivered first)."""
+
+    end: Position
+    error: DeltaStreamError | None = None
+
+    def stop_at(self, version: int, error: DeltaStreamError) -> None:
+        self.end, self.error = Position(version), error
+
+
 class Tailer:
     """Runs one stream (see the module docstring) until it fails, finishes or is stopped."""
 
@@ -150,8 +162,6 @@ class Tailer:
         self._metadata: Metadata
         self._schemas: ChangeSchemas
         self._planner: ChangePlanner
-        self._round_error: DeltaStreamError | None = None
-        self._round_end: Position
         self._saved_version: int | None = None
         self._saved_at = time.monotonic()
         self._resumed_at: Position | None = None
@@ -449,11 +459,9 @@ class Tailer:
                 if self.progress is not None:
                     self.progress("files", done, total)
 
-        self._round_error = None
-        self._round_end = Position(version + 1)
         self.metrics.last_seen_version = max(self.metrics.last_seen_version, version)
         self.metrics.oldest_undelivered_ms = timestamp_ms
-        await self._pump(tasks(), position, schemas.output_schema)
+        await self._pump(tasks(), position, schemas.output_schema, _Round(Position(version + 1)))
         self._saved_at = -float("inf")  # a snapshot is a good moment to save the state
         await self._maybe_save_state()
 
@@ -539,17 +547,17 @@ class Tailer:
         start = self._committed.position
         if self.sink.guarantee == "at-least-once":
             files = await self._fix_round(files)
-        self._round_error = None
-        self._round_end = Position(files[-1].version + 1)
+        round_ = _Round(Position(files[-1].version + 1))
         # A long catch-up past a checkpoint of the table's writer: load the state from that
         # checkpoint instead of applying every commit to the in-memory snapshot.
         skip_until: int | None = None
         if len(files) > self.config.replay_limit:
             checkpoints = await self._checkpoints_between(files[0].version, files[-1].version)
             skip_until = max(checkpoints) if checkpoints else None
-        await self._pump(self._version_tasks(files, skip_until), start, self._schemas.output_schema)
-        if self._round_error is not None:
-            raise self._round_error
+        tasks = self._version_tasks(files, skip_until, round_)
+        await self._pump(tasks, start, self._schemas.output_schema, round_)
+        if round_.error is not None:
+            raise round_.error
 
     async def _fix_round(self, files: list[LogFile]) -> list[LogFile]:
         """The versions of this round, committed before its first delivery.
@@ -571,8 +579,10 @@ class Tailer:
         return [f.version for f in listing.files if f.is_checkpoint and first <= f.version <= last]
 
     async def _version_tasks(
-        self, files: list[LogFile], skip_until: int | None
+        self, files: list[LogFile], skip_until: int | None, round_: _Round
     ) -> AsyncIterator[tuple[FileRead, ReadSchema]]:
+        """The file reads of ``files``' versions, in order, advancing the table state after
+        each; a version that cannot be read or planned ends ``round_`` before it."""
         total = len(files)
         for i in range(0, total, _COMMIT_CHUNK):
             chunk = files[i : i + _COMMIT_CHUNK]
@@ -583,8 +593,7 @@ class Tailer:
                     timestamp_ms = self._check_version(f, actions)
                     tasks = await self._planner.plan(v, actions, timestamp_ms, self._schemas)
                 except DeltaStreamError as e:
-                    self._round_error = e
-                    self._round_end = Position(v)
+                    round_.stop_at(v, e)
                     return
                 for task in tasks:
                     yield task
@@ -593,8 +602,7 @@ class Tailer:
                     self.progress("versions", i + j + 1, total)
             if failure is not None:
                 # Everything before the commit that cannot be read is delivered first.
-                self._round_error = failure
-                self._round_end = Position(chunk[len(parsed)].version)
+                round_.stop_at(chunk[len(parsed)].version, failure)
                 return
 
     async def _read_commits(
@@ -698,9 +706,10 @@ class Tailer:
         tasks: AsyncIterator[tuple[FileRead, ReadSchema]],
         start: Position,
         schema: pa.Schema,
+        round_: _Round,
     ) -> None:
         """Read the batches of ``tasks`` and deliver them from ``start`` on, ending at
-        ``self._round_end`` (set by the task generator if it stops early).
+        ``round_.end`` (which ``tasks`` move earlier if they stop early).
 
         ``tasks`` produce every row of the versions from ``start.version`` on, from each
         version's first row; the first ``start.offset`` rows of ``start.version`` were
@@ -745,7 +754,7 @@ class Tailer:
                 offset += batch.num_rows
         if self.stopping:
             raise _Stop  # the round's tail is abandoned: the committed position stays put
-        if skip and self._round_error is None:
+        if skip and round_.error is None:
             # The version has fewer rows than were delivered of it before (a data file skipped
             # now but read then): positions past this point would not name the same rows.
             raise DataFileError(
@@ -754,7 +763,7 @@ class Tailer:
                 "already delivered of it; its files changed since (vacuumed files skipped?)",
                 start.version,
             )
-        end = self._round_end
+        end = round_.end
         if pending or end > begin:
             await self._deliver(begin, end, schema, pending)
 
