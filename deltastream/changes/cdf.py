@@ -30,7 +30,6 @@ from deltastream.errors import (
     ChangeDataNotEnabledError,
     CorruptCommitError,
     InvalidArgumentError,
-    MissingVersionsError,
     SchemaChangeError,
     TimestampOutOfRangeError,
 )
@@ -81,15 +80,9 @@ async def _validate(store: ObjectStore, start: int, end: int, *, infer_without_c
     assert state.protocol is not None and state.metadata is not None
     protocol, metadata = state.protocol, state.metadata
     listing = await list_log(store, start)
-    by_version = listing.commits()
-    missing = [v for v in range(start, end + 1) if v not in by_version]
-    if missing:
-        raise MissingVersionsError(
-            f"{uri}/_delta_log",
-            missing,
-            f"change data for versions {start}..{end} needs every commit",
-        )
-    commits = [by_version[v] for v in range(start, end + 1)]
+    commits = listing.contiguous_commits(
+        start, end, why=f"change data for versions {start}..{end} needs every commit"
+    )
     schema = table_schema(metadata)
     timestamps: array.array[int] = array.array("q")
     disabled: list[int] = []

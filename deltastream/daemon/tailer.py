@@ -363,12 +363,7 @@ class Tailer:
         if table.version >= target:
             return
         listing = await list_log(self._store, table.version + 1)
-        commits = listing.commits()
-        wanted = range(table.version + 1, target + 1)
-        missing = [v for v in wanted if v not in commits]
-        if missing:
-            raise MissingVersionsError(f"{self._store.root_uri}/_delta_log", missing)
-        files = [commits[v] for v in wanted]
+        files = listing.contiguous_commits(table.version + 1, target)
         for i in range(0, len(files), _COMMIT_CHUNK):
             chunk = files[i : i + _COMMIT_CHUNK]
             for f, actions in zip(chunk, await read_log_files(self._store, chunk), strict=True):

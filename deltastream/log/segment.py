@@ -57,6 +57,22 @@ class LogListing:
     def commits(self) -> dict[int, LogFile]:
         return {f.version: f for f in self.files if f.kind is LogFileKind.COMMIT}
 
+    def contiguous_commits(
+        self, first: int, last: int | None = None, *, why: str = ""
+    ) -> list[LogFile]:
+        """The commits of versions ``first..last`` (default: up to the newest listed), which
+        must all be there: the one rule every reader of consecutive versions applies. A gap
+        raises :class:`~deltastream.errors.MissingVersionsError` naming the versions that
+        are missing (``why`` says what needed them); nothing listed at or after ``first``
+        (with ``last`` unset) is no gap: an empty list."""
+        commits = self.commits()
+        if last is None:
+            last = max((v for v in commits if v >= first), default=first - 1)
+        missing = [v for v in range(first, last + 1) if v not in commits]
+        if missing:
+            raise MissingVersionsError(f"{self.table_uri}/_delta_log", missing, why)
+        return [commits[v] for v in range(first, last + 1)]
+
     def crc(self, version: int) -> LogFile | None:
         for f in self.files:
             if f.kind is LogFileKind.CRC and f.version == version:

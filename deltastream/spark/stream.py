@@ -383,12 +383,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("%s: skipping removed versions %s", self._plan.uri, missing)
             version, index = min(commits), 0
             yield start, None, Offset(version)
-        while version <= newest:
-            if version not in commits:
-                raise MissingVersionsError(
-                    f"{self._plan.uri}/_delta_log", [version], "a gap in the commits"
-                )
-            planned = await self._version_files(store, version, commits[version])
+        commit_files = listing.contiguous_commits(version, newest, why="a gap in the commits")
+        for commit in commit_files:
+            planned = await self._version_files(store, version, commit)
             for i in range(index, len(planned)):
                 yield Offset(version, i), planned[i], Offset(version, i + 1)
             yield Offset(version, len(planned)), None, Offset(version + 1)

@@ -454,3 +454,19 @@ def test_crc_of_the_version_is_attached() -> None:
 def test_crc_of_checkpoint_only_version() -> None:
     seg = build_segment(listing(cp(108), crc(108), crc(107)))
     assert seg.crc == crc(108)
+
+
+def test_contiguous_commits_names_every_missing_version() -> None:
+    from deltastream.errors import MissingVersionsError
+    from deltastream.log.paths import LogFile, LogFileKind
+    from deltastream.log.segment import LogListing
+
+    def commit(v: int) -> LogFile:
+        return LogFile(f"_delta_log/{v:020d}.json", LogFileKind.COMMIT, v, 1, v)
+
+    listing = LogListing("/t", tuple(commit(v) for v in (3, 4, 6, 9)), listed_from=3)
+    assert [f.version for f in listing.contiguous_commits(3, 4)] == [3, 4]
+    assert listing.contiguous_commits(10) == []  # nothing listed from there: no gap
+    with pytest.raises(MissingVersionsError, match=r"5, 7-8 \(for the test\)") as caught:
+        listing.contiguous_commits(3, why="for the test")
+    assert caught.value.missing == (5, 7, 8)
