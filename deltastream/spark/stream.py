@@ -62,7 +62,8 @@ from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.read.scan import table_read_schema
-from deltastream.schema.model import table_schema
+from deltastream.schema.evolution import schema_problem
+from deltastream.schema.model import column_mapping_mode, table_schema
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.loader import (
     load_snapshot,
@@ -143,6 +144,8 @@ class _Plan:
     metadata: Metadata
     schema: ReadSchema
     changes: ChangeSchemas | None
+    #: The version whose schema the stream reads every version with.
+    version: int
 
 
 class _Session:
@@ -272,12 +275,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     async def _load_plan(self) -> _Plan:
         store = self._store()
-        state, _ = await load_table_state(store)
+        state, segment = await load_table_state(store)
         assert state.protocol is not None and state.metadata is not None
         protocol, metadata = state.protocol, state.metadata
         changes = ChangeSchemas.build(protocol, metadata) if self.source.read_change_feed else None
         schema = changes.inferred if changes else table_read_schema(protocol, metadata)
-        return _Plan(store.root_uri, metadata.id, protocol, metadata, schema, changes)
+        return _Plan(
+            store.root_uri, metadata.id, protocol, metadata, schema, changes, segment.version
+        )
 
     async def _latest_version(self) -> int:
         store = self._store()
@@ -443,7 +448,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             protocol, metadata = await self._in_force(store, version, actions)
             if lacks_change_data(protocol, metadata, actions):
                 raise ChangeDataNotEnabledError(plan.uri, [version])
-            timestamp_ms = self._timestamp(version, actions, commit.last_modified_ms)
+            timestamp_ms = self._timestamp(version, actions, commit.last_modified_ms, metadata)
             tasks = await ChangePlanner(store).plan(version, actions, timestamp_ms, plan.changes)
             files = [
                 self._partition(task, schema)
@@ -489,7 +494,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise InvalidArgumentError(
                     f"{plan.uri}: version {version} changes the table's id: it was replaced"
                 )
-            if table_schema(actions.metadata) != table_schema(plan.metadata):
+            # Every version is read with the schema of the version the query started on: an
+            # older schema it evolved from additively reads fine; any change after the start
+            # would change the query's schema under it.
+            schema, read_with = table_schema(actions.metadata), table_schema(plan.metadata)
+            if schema != read_with and (
+                version > plan.version
+                or schema_problem(
+                    schema, read_with, column_mapping_mode(plan.protocol, plan.metadata)
+                )
+            ):
                 raise SchemaChangeError(
                     plan.uri,
                     version,
@@ -497,8 +511,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "location) to read it with the new schema",
                 )
 
-    def _timestamp(self, version: int, actions: LogActions, modified_ms: int) -> int:
-        if ict_enabled_at(self._plan.metadata, version):
+    def _timestamp(
+        self, version: int, actions: LogActions, modified_ms: int, metadata: Metadata
+    ) -> int:
+        """The commit's timestamp, by the rule of the metadata in force for it."""
+        if ict_enabled_at(metadata, version):
             info = actions.commit_info
             if info is None or info.in_commit_timestamp is None:
                 raise CorruptCommitError(
