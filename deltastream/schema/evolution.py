@@ -54,32 +54,6 @@ def widens(old: DataType, new: DataType) -> bool:
     return False
 
 
-def schema_problem(
-    old: DataType, new: DataType, mode: ColumnMappingMode, path: str = ""
-) -> str | None:
-    """Why files written with ``old`` cannot be read as ``new`` (``None`` if they can)."""
-    if isinstance(old, StructType) and isinstance(new, StructType):
-        by_id = {_identity(f, mode): f for f in new.fields}
-        for f in old.fields:
-            g = by_id.get(_identity(f, mode))
-            name = f"{path}.{f.name}" if path else f.name
-            if g is None:
-                return f"drops column {name!r}"
-            problem = schema_problem(f.type, g.type, mode, name)
-            if problem:
-                return problem
-        return None
-    if isinstance(old, ArrayType) and isinstance(new, ArrayType):
-        return schema_problem(old.element_type, new.element_type, mode, f"{path}.element")
-    if isinstance(old, MapType) and isinstance(new, MapType):
-        return schema_problem(old.key_type, new.key_type, mode, f"{path}.key") or schema_problem(
-            old.value_type, new.value_type, mode, f"{path}.value"
-        )
-    if widens(old, new):
-        return None
-    return f"changes the type of column {path!r} from {old} to {new}"
-
-
 class SchemaChangeKind(enum.Enum):
     NONE = "none"
     #: Only new columns (top-level or nested) and nullability relaxed: old rows keep their
@@ -94,20 +68,27 @@ class SchemaChange:
     kind: SchemaChangeKind
     #: What changed, for logs and errors (``adds column 'b'; renames column 'a' to 'x'``).
     description: str = ""
+    #: Why files written with the old schema cannot be read with the new one (a column
+    #: dropped, a type changed other than by widening); ``None``: they can. A rename under
+    #: column mapping is non-additive for consumers yet readable.
+    unreadable: str | None = None
 
 
 def _differences(
     old: DataType, new: DataType, mode: ColumnMappingMode, path: str
-) -> tuple[list[str], list[str]]:
-    """``(additive, breaking)`` descriptions of what changed from ``old`` to ``new``."""
+) -> tuple[list[str], list[str], list[str]]:
+    """``(additive, breaking, unreadable)`` descriptions of what changed from ``old`` to
+    ``new`` (the unreadable changes are breaking ones too)."""
     additive: list[str] = []
     breaking: list[str] = []
+    unreadable: list[str] = []
     if isinstance(old, StructType) and isinstance(new, StructType):
         old_by_id = {_identity(f, mode): f for f in old.fields}
         new_ids = {_identity(f, mode) for f in new.fields}
         for f in old.fields:
             if _identity(f, mode) not in new_ids:
                 breaking.append(f"drops column {_join(path, f.name)!r}")
+                unreadable.append(breaking[-1])
         for g in new.fields:
             match = old_by_id.get(_identity(g, mode))
             name = _join(path, g.name)
@@ -121,19 +102,22 @@ def _differences(
                 breaking.append(f"makes column {name!r} non-nullable")
             elif g.nullable and not f.nullable:
                 additive.append(f"makes column {name!r} nullable")
-            a, b = _differences(f.type, g.type, mode, name)
+            a, b, u = _differences(f.type, g.type, mode, name)
             additive += a
             breaking += b
-        return additive, breaking
+            unreadable += u
+        return additive, breaking, unreadable
     if isinstance(old, ArrayType) and isinstance(new, ArrayType):
         return _differences(old.element_type, new.element_type, mode, f"{path}.element")
     if isinstance(old, MapType) and isinstance(new, MapType):
-        ka, kb = _differences(old.key_type, new.key_type, mode, f"{path}.key")
-        va, vb = _differences(old.value_type, new.value_type, mode, f"{path}.value")
-        return ka + va, kb + vb
+        ka, kb, ku = _differences(old.key_type, new.key_type, mode, f"{path}.key")
+        va, vb, vu = _differences(old.value_type, new.value_type, mode, f"{path}.value")
+        return ka + va, kb + vb, ku + vu
     if old != new:
         breaking.append(f"changes the type of column {path!r} from {old} to {new}")
-    return additive, breaking
+        if not widens(old, new):
+            unreadable.append(breaking[-1])
+    return additive, breaking, unreadable
 
 
 def _join(path: str, name: str) -> str:
@@ -143,10 +127,18 @@ def _join(path: str, name: str) -> str:
 def classify_schema_change(
     old: StructType, new: StructType, mode: ColumnMappingMode
 ) -> SchemaChange:
-    """How the table's schema changed from ``old`` to ``new``."""
-    additive, breaking = _differences(old, new, mode, "")
+    """How the table's schema changed from ``old`` to ``new``: the one schema-change policy
+    of every consumer (range reads refuse what is :attr:`~SchemaChange.unreadable`, the
+    tailer stops at what is not additive, the Spark stream at any change after its start)."""
+    additive, breaking, unreadable = _differences(old, new, mode, "")
+    problem = unreadable[0] if unreadable else None
     if breaking:
-        return SchemaChange(SchemaChangeKind.NON_ADDITIVE, "; ".join(breaking + additive))
+        return SchemaChange(SchemaChangeKind.NON_ADDITIVE, "; ".join(breaking + additive), problem)
     if additive:
         return SchemaChange(SchemaChangeKind.ADDITIVE, "; ".join(additive))
     return SchemaChange(SchemaChangeKind.NONE)
+
+
+def schema_problem(old: StructType, new: StructType, mode: ColumnMappingMode) -> str | None:
+    """Why files written with ``old`` cannot be read as ``new`` (``None`` if they can)."""
+    return classify_schema_change(old, new, mode).unreadable

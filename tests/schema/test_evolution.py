@@ -1,0 +1,89 @@
+"""One schema-change policy: what kind of change, and whether older files stay readable."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from deltastream.schema.evolution import SchemaChangeKind, classify_schema_change, schema_problem
+from deltastream.schema.model import ColumnMappingMode, StructType, parse_schema
+
+
+def field(
+    name: str, type_: Any, nullable: bool = True, physical: str | None = None
+) -> dict[str, Any]:
+    meta = {"delta.columnMapping.physicalName": physical} if physical else {}
+    return {"name": name, "type": type_, "nullable": nullable, "metadata": meta}
+
+
+def schema(*fields: dict[str, Any]) -> StructType:
+    return parse_schema(json.dumps({"type": "struct", "fields": list(fields)}))
+
+
+BASE = schema(field("a", "integer"), field("b", "string"))
+
+
+@pytest.mark.parametrize(
+    ("new", "mode", "kind", "unreadable"),
+    [
+        (BASE, ColumnMappingMode.NONE, SchemaChangeKind.NONE, None),
+        (
+            schema(field("a", "integer"), field("b", "string"), field("c", "long")),
+            ColumnMappingMode.NONE,
+            SchemaChangeKind.ADDITIVE,
+            None,
+        ),
+        (schema(field("a", "integer")), ColumnMappingMode.NONE, SchemaChangeKind.NON_ADDITIVE,
+         "drops column 'b'"),
+        # Widening changes what consumers see, but older files read fine (cast on read).
+        (schema(field("a", "long"), field("b", "string")), ColumnMappingMode.NONE,
+         SchemaChangeKind.NON_ADDITIVE, None),
+        (schema(field("a", "short"), field("b", "string")), ColumnMappingMode.NONE,
+         SchemaChangeKind.NON_ADDITIVE, "changes the type of column 'a' from integer to short"),
+        (schema(field("a", "integer", nullable=False), field("b", "string")),
+         ColumnMappingMode.NONE, SchemaChangeKind.NON_ADDITIVE, None),
+    ],
+)  # fmt: skip
+def test_kind_and_readability(
+    new: StructType, mode: ColumnMappingMode, kind: SchemaChangeKind, unreadable: str | None
+) -> None:
+    change = classify_schema_change(BASE, new, mode)
+    assert (change.kind, change.unreadable) == (kind, unreadable)
+    assert schema_problem(BASE, new, mode) == unreadable
+
+
+def test_a_rename_under_column_mapping_is_non_additive_but_readable() -> None:
+    old = schema(field("a", "integer", physical="col-1"))
+    new = schema(field("x", "integer", physical="col-1"))
+    change = classify_schema_change(old, new, ColumnMappingMode.NAME)
+    assert change.kind is SchemaChangeKind.NON_ADDITIVE
+    assert change.description == "renames column 'a' to 'x'"
+    assert change.unreadable is None
+    # Without column mapping the same names are a drop and an add: unreadable.
+    assert classify_schema_change(old, new, ColumnMappingMode.NONE).unreadable == (
+        "drops column 'a'"
+    )
+
+
+def test_nested_changes() -> None:
+    old = schema(field("s", {"type": "struct", "fields": [field("i", "integer")]}))
+    added = schema(
+        field("s", {"type": "struct", "fields": [field("i", "integer"), field("j", "string")]})
+    )
+    assert classify_schema_change(old, added, ColumnMappingMode.NONE).kind is (
+        SchemaChangeKind.ADDITIVE
+    )
+    widened_map = schema(
+        field("m", {"type": "map", "keyType": "string", "valueType": "long",
+                    "valueContainsNull": True})
+    )  # fmt: skip
+    narrow_map = schema(
+        field("m", {"type": "map", "keyType": "string", "valueType": "integer",
+                    "valueContainsNull": True})
+    )  # fmt: skip
+    assert schema_problem(narrow_map, widened_map, ColumnMappingMode.NONE) is None
+    assert schema_problem(widened_map, narrow_map, ColumnMappingMode.NONE) == (
+        "changes the type of column 'm.value' from long to integer"
+    )
