@@ -28,7 +28,7 @@ from typing import Any
 from deltastream.daemon.delivery import Position, StreamRef
 from deltastream.errors import SinkInUseError, StorageError
 
-__all__ = ["Intent", "OutputMarker", "fsync_dir"]
+__all__ = ["Intent", "OutputMarker", "fsync_path"]
 
 _FORMAT = 1
 #: Records are padded to this size and written in place with one ``pwrite``.
@@ -92,7 +92,7 @@ class OutputMarker:
                     "one stream at a time",
                 ) from None
             if not existed:
-                fsync_dir(self.path.parent)
+                fsync_path(self.path.parent)
         except BaseException:
             os.close(fd)
             raise
@@ -151,9 +151,10 @@ class OutputMarker:
             return None  # torn or foreign: proves nothing
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make renames, creations and deletions in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: str | Path) -> None:
+    """Make a file's bytes durable, or, for a directory, the renames, creations and deletions
+    in it."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

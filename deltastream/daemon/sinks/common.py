@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, StreamRef
-from deltastream.daemon.sink_marker import fsync_dir
+from deltastream.daemon.sink_marker import fsync_path
 from deltastream.errors import InvalidArgumentError
 
 #: One logger for the whole package, named as when the sinks were one module, so that log
@@ -42,14 +42,6 @@ def _check_retry_options(max_attempts: int | None, base_delay: float, max_delay:
         raise InvalidArgumentError(
             f"retry delays must not be negative (base {base_delay}, max {max_delay})"
         )
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink_quietly(path: str | Path) -> None:
@@ -73,14 +65,14 @@ def _write_parquet_atomically(delivery: Delivery, target: Path, *, durable: bool
                     writer.write_batch(batch)
         if durable:
             crash_point("sink.after-write")
-            _fsync_file(tmp)
+            fsync_path(tmp)
         os.replace(tmp, target)
     except BaseException:
         _unlink_quietly(tmp)
         raise
     if durable:
         try:
-            fsync_dir(directory)
+            fsync_path(directory)
         except BaseException:
             # Not known to be durable, so not delivered: leave nothing a retry could duplicate.
             _unlink_quietly(target)

@@ -17,7 +17,7 @@ import anyio.to_thread
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.sink_marker import OutputMarker, fsync_dir
+from deltastream.daemon.sink_marker import OutputMarker, fsync_path
 from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, log
 from deltastream.errors import InvalidArgumentError, SinkRecoveryError, StorageError
 from deltastream.output import batch_to_json_lines
@@ -118,7 +118,7 @@ class JsonlSink(Sink):
                     f.truncate(keep)
                     os.fsync(f.fileno())
                 if not existed:
-                    fsync_dir(path.parent)
+                    fsync_path(path.parent)
                 f.seek(max(0, keep - _TAIL_BYTES))
                 self._tail = f.read(keep - max(0, keep - _TAIL_BYTES))
                 f.seek(keep)
@@ -242,7 +242,7 @@ class JsonlSink(Sink):
                     removed.append(f"{path} ({size} bytes)")
             finally:
                 marker.release(remove=True)
-            fsync_dir(path.parent)
+            fsync_path(path.parent)
             return removed
 
         return await anyio.to_thread.run_sync(discard)

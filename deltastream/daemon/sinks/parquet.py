@@ -14,7 +14,7 @@ import anyio
 import anyio.to_thread
 
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.sink_marker import OutputMarker, fsync_dir
+from deltastream.daemon.sink_marker import OutputMarker, fsync_path
 from deltastream.daemon.sinks.common import (
     _TOKEN,
     SPEC_FORMS,
@@ -176,7 +176,7 @@ class ParquetSink(Sink):
             for name in removed:
                 _unlink_quietly(self.directory / name)
             if removed:
-                fsync_dir(self.directory)
+                fsync_path(self.directory)
                 log.warning(
                     "%s: removed %d file(s) of the delivery from %s that was not committed: %s",
                     self.directory,
@@ -222,7 +222,7 @@ class ParquetSink(Sink):
             finally:
                 marker.release(remove=True)
             if self.directory.is_dir():
-                fsync_dir(self.directory)
+                fsync_path(self.directory)
             return [str(self.directory / name) for name in removed]
 
         return await anyio.to_thread.run_sync(discard)
