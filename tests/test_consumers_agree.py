@@ -82,11 +82,6 @@ class Case:
     #: Ask read_changes and the tailer to infer changes (Spark has no such option: the Spark
     #: consumers are then left out).
     infer: bool = False
-    #: Why the Spark stream is left out of the row comparison (None: it is compared).
-    stream_excluded: str | None = None
-    #: When excluded, the refusal the Spark stream may give instead of read_changes' rows:
-    #: (error class, message regex).
-    stream_may_refuse: tuple[str, str] | None = None
 
 
 def corpus_cases() -> list[Case]:
@@ -110,16 +105,6 @@ def corpus_cases() -> list[Case]:
     return list(cases.values())
 
 
-#: The additive schema change: an intended difference of the Spark stream, which is then
-#: only checked to give read_changes' rows or to refuse naming the version of the change.
-SCHEMA_CHANGE_REASON = (
-    "a Spark stream may stop at a schema change, additive ones included (README, Spark: "
-    "'A schema change in the middle of a stream stops it (SchemaChangeError): restart with a "
-    "new checkpoint location'); read_changes reads across additive changes with the range's "
-    "last schema, and the tailer goes on with the new schema (its rows from before the "
-    "change lack the new column, compared as null)"
-)
-
 WRITTEN_CASES = [
     Case("history:0-latest", "history", 0, None),
     Case("history:2-5", "history", 2, 5),
@@ -128,16 +113,10 @@ WRITTEN_CASES = [
     Case("toggled:0-4-inferred", "toggled", 0, 4, infer=True),
     Case("toggled:2-4", "toggled", 2, 4, refused=(2,)),
     Case("toggled:3-4", "toggled", 3, 4),
-    Case(
-        "additive:0-4",
-        "additive",
-        0,
-        4,
-        stream_excluded=SCHEMA_CHANGE_REASON,
-        stream_may_refuse=("SchemaChangeError", r": version 2 changes the table's schema"),
-    ),
-    # Started after version 0 (whose metaData has the narrower schema), the stream reads
-    # across the additive change with the latest schema, as read_changes does.
+    # From version 0 (whose metaData has the narrower schema) or later, every consumer reads
+    # across the additive change: read_changes and Spark with the latest schema, the tailer
+    # going on with the new one (its earlier rows lack the column, compared as null).
+    Case("additive:0-4", "additive", 0, 4),
     Case("additive:1-4", "additive", 1, 4),
     Case("additive:3-4", "additive", 3, 4),
     Case("upgraded:0-latest", "upgraded", 0, None, refused=(2,)),
@@ -148,23 +127,6 @@ WRITTEN_CASES = [
     Case("same-mtime:0-latest", "same_mtime", 0, None),
     Case("same-mtime:2-latest", "same_mtime", 2, None),
 ]
-
-
-#: Cases where the consumers disagree: case id -> the disagreement (strict xfail). None now:
-#: the Spark stream took in-commit timestamps by the latest metadata, and blamed an older
-#: schema it reads additively, until both were fixed.
-KNOWN_DISAGREEMENTS: dict[str, str] = {}
-#: Excluded streams that do not do what they may: case id -> what they do (strict xfail).
-KNOWN_STREAM_FAILURES: dict[str, str] = {}
-
-
-def params(cases: Sequence[Case], known: Mapping[str, str] = KNOWN_DISAGREEMENTS) -> list[Any]:
-    out = []
-    for case in cases:
-        reason = known.get(case.id)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        out.append(pytest.param(case, id=case.id, marks=marks))
-    return out
 
 
 ALL_CASES = corpus_cases() + WRITTEN_CASES
@@ -640,11 +602,10 @@ def outcomes_of(
     yield "tailer", tailer_outcome(uri, case, state)
     if not case.infer:
         yield "spark batch", spark.batch[case.id]
-        if case.stream_excluded is None:
-            yield "spark stream", spark.stream(uri, case)
+        yield "spark stream", spark.stream(uri, case)
 
 
-@pytest.mark.parametrize("case", params(ALL_CASES))
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.id)
 def test_consumers_agree(
     case: Case, tables: dict[str, str], spark_outcomes: SparkOutcomes, tmp_path: Path
 ) -> None:
@@ -659,26 +620,6 @@ def test_consumers_agree(
         assert reference.error is None, reference.describe()
         assert reference.rows, "a case with no rows compares nothing"
         assert {"_change_type", "_commit_version", "_commit_timestamp"} <= reference.columns
-
-
-@pytest.mark.parametrize(
-    "case", params([c for c in ALL_CASES if c.stream_excluded], KNOWN_STREAM_FAILURES)
-)
-def test_excluded_streams_agree_or_refuse_as_documented(
-    case: Case, tables: dict[str, str], spark_outcomes: SparkOutcomes
-) -> None:
-    """Where the Spark stream may refuse (``stream_excluded``), it gives read_changes' rows or
-    refuses as documented, naming the version that made it stop."""
-    assert case.stream_may_refuse is not None
-    uri = table_uri(case, tables)
-    got = spark_outcomes.stream(uri, case)
-    error, message = case.stream_may_refuse
-    if got.error is None:
-        reference = changes_outcome(uri, case)
-        assert not disagreements({"read_changes": reference, "spark stream": got})
-    else:
-        assert got.error == error, got.describe()
-        assert re.search(message, got.message), got.message
 
 
 def test_equal_file_times_give_the_same_commit_timestamps(tables: dict[str, str]) -> None:

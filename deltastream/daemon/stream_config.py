@@ -24,7 +24,7 @@ import enum
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Annotated, Any, TypedDict, TypeVar, get_args, get_type_hints
+from typing import Annotated, Any, Final, TypedDict, TypeVar, get_args, get_type_hints
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
@@ -33,6 +33,7 @@ from deltastream.snapshot.timestamps import parse_timestamp
 
 __all__ = [
     "OPTIONS",
+    "STREAM_NAME",
     "CliForm",
     "Mode",
     "OnMissingFile",
@@ -49,6 +50,11 @@ __all__ = [
     "parse_key_values",
     "tail_config",
 ]
+
+
+#: What a stream's name may be: letters, digits, '.', '-' and '_', not only dots (it names
+#: files: a parquet sink's, an ownership marker).
+STREAM_NAME: Final = r"^[A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 
 class Mode(enum.Enum):
@@ -224,8 +230,8 @@ class TailConfig:
 
     name: Annotated[
         str,
-        Field(pattern=r"^[A-Za-z0-9._-]+$"),
-        Must("may only hold letters, digits, '.', '-' and '_'"),
+        Field(pattern=STREAM_NAME),
+        Must("may only hold letters, digits, '.', '-' and '_' (not only dots)"),
     ]
     uri: Text
     state: Text

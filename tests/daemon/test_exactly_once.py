@@ -160,6 +160,21 @@ def test_a_position_json_that_is_a_directory_is_an_error(
     assert out.read_bytes() == content
 
 
+def test_a_lost_position_with_saved_snapshots_is_an_error(
+    delivered: tuple[str, Path, Path, bytes],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table, state, out, content = delivered
+    assert list((state / "snapshots").glob("*.checkpoint.parquet"))  # saved at the end
+    (state / "position.json").unlink()
+    capsys.readouterr()
+    args = ("--mode", "snapshot", "--state", str(state), "--sink", f"jsonl:{out}")
+    assert tail(table, *args) == 2
+    line = one_line_error(capsys)
+    assert "position.json: is missing" in line and "holds saved table states" in line
+    assert out.read_bytes() == content
+
+
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, StreamRef
 from deltastream.daemon.sink_marker import fsync_path
+from deltastream.daemon.stream_config import STREAM_NAME
 from deltastream.errors import InvalidArgumentError
 
 #: One logger for the whole package, named as when the sinks were one module, so that log
@@ -81,7 +82,7 @@ def _write_parquet_atomically(delivery: Delivery, target: Path, *, durable: bool
 
 
 def _check_table_name(table: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", table) or table in (".", ".."):
+    if not re.fullmatch(STREAM_NAME, table):
         raise InvalidArgumentError(
             f"stream name {table!r} cannot name files: use letters, digits, '-', '_' and '.'"
         )

@@ -30,6 +30,14 @@ def _tail_digest(tail: bytes) -> str:
     return hashlib.sha256(tail).hexdigest()[:32]
 
 
+def _read_tail(f: IO[bytes], size: int) -> bytes:
+    """The up to 4 KiB before offset ``size`` of ``f``: what the committed state
+    fingerprints."""
+    start = max(0, size - _TAIL_BYTES)
+    f.seek(start)
+    return f.read(size - start)
+
+
 class JsonlSink(Sink):
     """Appends one JSON object per row to a file (``jsonl:PATH``), or writes them to
     standard output (``jsonl:-``). Values follow :mod:`deltastream.output`'s conventions.
@@ -119,8 +127,7 @@ class JsonlSink(Sink):
                     os.fsync(f.fileno())
                 if not existed:
                     fsync_path(path.parent)
-                f.seek(max(0, keep - _TAIL_BYTES))
-                self._tail = f.read(keep - max(0, keep - _TAIL_BYTES))
+                self._tail = _read_tail(f, keep)
                 f.seek(keep)
             except BaseException:
                 f.close()
@@ -166,15 +173,13 @@ class JsonlSink(Sink):
                 f"nothing was touched (restore the file, or {_reset_hint(stream, self._spec)})",
             )
         digest = state.get("tail")
-        if digest is not None:
-            f.seek(max(0, value - _TAIL_BYTES))
-            if _tail_digest(f.read(value - max(0, value - _TAIL_BYTES))) != digest:
-                raise SinkRecoveryError(
-                    str(path),
-                    f"is not the output the state in {stream.state_uri} describes: its bytes "
-                    f"before the committed size {value} differ from what was committed (at "
-                    f"{committed}); nothing was touched",
-                )
+        if digest is not None and _tail_digest(_read_tail(f, value)) != digest:
+            raise SinkRecoveryError(
+                str(path),
+                f"is not the output the state in {stream.state_uri} describes: its bytes "
+                f"before the committed size {value} differ from what was committed (at "
+                f"{committed}); nothing was touched",
+            )
         return value
 
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
