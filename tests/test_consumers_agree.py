@@ -622,16 +622,28 @@ def test_consumers_agree(
         assert {"_change_type", "_commit_version", "_commit_timestamp"} <= reference.columns
 
 
-def test_equal_file_times_give_the_same_commit_timestamps(tables: dict[str, str]) -> None:
+def test_equal_file_times_give_strictly_increasing_commit_timestamps(
+    tables: dict[str, str],
+) -> None:
     """The rule all three apply (the same-mtime cases above) without in-commit timestamps:
-    the commit file's modification time as it is (README, change data feed), equal and
-    decreasing times and all (time travel by timestamp, by contrast, makes them strictly
-    increasing)."""
+    the commit file's modification time, made strictly increasing as time travel makes it
+    (a file no newer than its predecessor's counts as 1 ms after it). So the timestamp that
+    selects a version, by time travel or as the start of a range, is its rows'
+    ``_commit_timestamp``, and the snapshot of that version carries it too."""
     uri = tables["same_mtime"]
     rows = ds.read_changes(uri, start_version=0).read_all().to_pylist()
     by_version = {r["_commit_version"]: r["_commit_timestamp"] for r in rows}
-    expected = {v: dt.datetime.fromtimestamp(s, dt.UTC) for v, s in SAME_MTIMES.items()}
+    ms = {v: round(s * 1000) for v, s in SAME_MTIMES.items()}
+    increasing = {0: ms[0], 1: ms[1], 2: ms[1] + 1, 3: ms[1] + 2, 4: ms[4]}
+    expected = {v: dt.datetime.fromtimestamp(t / 1000, dt.UTC) for v, t in increasing.items()}
     assert by_version == expected
+    for version, when in expected.items():
+        assert ds.read_snapshot(uri, timestamp=when).version == version
+        assert ds.read_snapshot(uri, version=version).timestamp_ms == increasing[version]
+        selected = ds.read_changes(uri, start_timestamp=when).read_all()
+        assert min(selected.column("_commit_version").to_pylist()) == version
+        first = selected.filter(pc.equal(selected.column("_commit_version"), version))
+        assert set(first.column("_commit_timestamp").to_pylist()) == {when}
 
 
 @pytest.mark.parametrize("name", ["ict_enabled", "ict_toggled"])

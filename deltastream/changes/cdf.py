@@ -2,8 +2,10 @@
 
 What each version produces is :mod:`deltastream.changes.planner`' business; this module
 validates and reads a whole range. Output follows ``_commit_version``, then the order of
-actions in each commit. ``_commit_timestamp`` is the in-commit timestamp when the table
-enables it for that version, else the commit file's modification time (UTC microseconds).
+actions in each commit. ``_commit_timestamp`` is the commit timestamp by the protocol's rule
+(:mod:`deltastream.snapshot.timestamps`: the in-commit timestamp when the table enables it
+for that version, else the commit file's time made strictly increasing), in UTC
+microseconds. Each commit is judged by :func:`~deltastream.changes.commits.process_commit`.
 
 The whole range is validated before the first row is produced: every commit must still
 exist; versions that changed rows while the change data feed was not in force are refused
@@ -20,15 +22,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from deltastream.changes.planner import (
-    CDF_FIELDS,
-    ChangePlanner,
-    ChangeSchemas,
-    lacks_change_data,
-)
+from deltastream.changes.commits import CommitSteps, InForce
+from deltastream.changes.planner import CDF_FIELDS, ChangePlanner, ChangeSchemas
 from deltastream.errors import (
     ChangeDataNotEnabledError,
-    CorruptCommitError,
     InvalidArgumentError,
     SchemaChangeError,
     TimestampOutOfRangeError,
@@ -39,18 +36,12 @@ from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import LogFile
 from deltastream.read.batch_stream import BatchStream
 from deltastream.read.reader import FileRead, ReadSchema, read_files
-from deltastream.schema.evolution import schema_problem
-from deltastream.schema.model import (
-    column_mapping_mode,
-    table_schema,
-)
-from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.loader import (
     load_table_state,
     read_log_files,
     resolve_version_at,
 )
-from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
+from deltastream.snapshot.timestamps import FILE_TIME_LOOKBACK, TimestampSearch
 from deltastream.storage.base import ObjectStore
 
 __all__ = ["CDF_FIELDS", "ChangePlan", "open_changes", "plan_changes"]
@@ -76,56 +67,39 @@ class _Range:
 
 async def _validate(store: ObjectStore, start: int, end: int, *, infer_without_cdf: bool) -> _Range:
     uri = store.root_uri
-    state, _ = await load_table_state(store, start)
-    assert state.protocol is not None and state.metadata is not None
-    protocol, metadata = state.protocol, state.metadata
-    listing = await list_log(store, start)
+    listing = await list_log(store, max(start - FILE_TIME_LOOKBACK, 0))
     commits = listing.contiguous_commits(
         start, end, why=f"change data for versions {start}..{end} needs every commit"
     )
-    schema = table_schema(metadata)
+    steps = CommitSteps(store)
     timestamps: array.array[int] = array.array("q")
     disabled: list[int] = []
     cached: dict[int, LogActions] = {}
     cached_rows = 0
+    after: InForce | None = None
     for i in range(0, len(commits), _COMMIT_CHUNK):
         chunk = commits[i : i + _COMMIT_CHUNK]
         for f, actions in zip(chunk, await read_log_files(store, chunk), strict=True):
-            v = f.version
-            if v > start:
-                if actions.protocol is not None:
-                    protocol = actions.protocol
-                    check_readable(uri, protocol)
-                if actions.metadata is not None:
-                    metadata = actions.metadata
-                    new_schema = table_schema(metadata)
-                    new_mode = column_mapping_mode(protocol, metadata)
-                    problem = schema_problem(schema, new_schema, new_mode)
-                    if problem:
-                        raise SchemaChangeError(
-                            uri,
-                            v,
-                            f"{problem}; read the changes before and after it separately",
-                        )
-                    schema = new_schema
-            if lacks_change_data(protocol, metadata, actions):
-                disabled.append(v)
-            if ict_enabled_at(metadata, v):
-                info = actions.commit_info
-                if info is None or info.in_commit_timestamp is None:
-                    raise CorruptCommitError(
-                        actions.source, "in-commit timestamps are enabled but it has none"
-                    )
-                timestamps.append(info.in_commit_timestamp)
-            else:
-                timestamps.append(f.last_modified_ms)
+            step = await steps.step(f, actions, listing)
+            # A range is read with one schema: a change that leaves earlier files
+            # unreadable with the later schema splits it.
+            problem = step.schema_change.unreadable
+            if problem:
+                raise SchemaChangeError(
+                    uri, f.version, f"{problem}; read the changes before and after it separately"
+                )
+            if step.lacks_change_data:
+                disabled.append(f.version)
+            timestamps.append(step.timestamp_ms)
+            after = step.after
             rows = actions.file_actions.num_rows + len(actions.cdc)
             if cached_rows + rows <= _CACHE_ACTIONS:
-                cached[v] = actions
+                cached[f.version] = actions
                 cached_rows += rows
     if disabled and not infer_without_cdf:
         raise ChangeDataNotEnabledError(uri, disabled)
-    return _Range(start, end, commits, timestamps, protocol, metadata, cached)
+    assert after is not None
+    return _Range(start, end, commits, timestamps, after.protocol, after.metadata, cached)
 
 
 async def _resolve_bounds(

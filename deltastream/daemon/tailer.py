@@ -49,7 +49,8 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltastream.changes.planner import ChangePlanner, ChangeSchemas, lacks_change_data
+from deltastream.changes.commits import CommitStep, CommitSteps
+from deltastream.changes.planner import ChangePlanner, ChangeSchemas
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
 from deltastream.daemon.metrics import TableMetrics
@@ -65,7 +66,6 @@ from deltastream.daemon.stream_config import (  # defined there, re-exported her
 from deltastream.daemon.watcher import LogWatcher
 from deltastream.errors import (
     ChangeDataNotEnabledError,
-    CorruptCommitError,
     DataFileError,
     DataFileNotFoundError,
     DeltaStreamError,
@@ -83,8 +83,7 @@ from deltastream.log.segment import LogListing
 from deltastream.log.table_properties import TableProperties
 from deltastream.read.reader import FileRead, ReadSchema, read_file_batches
 from deltastream.read.scan import live_file_reads
-from deltastream.schema.evolution import SchemaChangeKind, classify_schema_change
-from deltastream.schema.model import column_mapping_mode, table_schema
+from deltastream.schema.evolution import SchemaChangeKind
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.incremental import IncrementalState
 from deltastream.snapshot.loader import (
@@ -95,7 +94,7 @@ from deltastream.snapshot.loader import (
 )
 from deltastream.snapshot.reconcile import LogState
 from deltastream.snapshot.snapshot import Snapshot
-from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
+from deltastream.snapshot.timestamps import TimestampSearch
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
 from deltastream.storage.retry import RetryEvent
@@ -158,7 +157,7 @@ class Tailer:
         self._states: StateStore
         self._committed: StreamState
         self._table: IncrementalState | None = None
-        self._protocol: Protocol
+        self._commits: CommitSteps
         self._metadata: Metadata
         self._schemas: ChangeSchemas
         self._planner: ChangePlanner
@@ -205,6 +204,7 @@ class Tailer:
             state_store.retry_listener = functools.partial(self._on_retry, sink=False)
             self.sink.retry_listener = functools.partial(self._on_retry, sink=True)
             self._store = store
+            self._commits = CommitSteps(store)
             self._states = StateStore(state_store)
             try:
                 await self._start()
@@ -326,21 +326,21 @@ class Tailer:
                 ) from e
             snap = self._snapshot
             table = await _index(snap.state, snap.version)
-            self._set_table(table, snap.protocol, snap.metadata)
+            self._set_table(table, snap.version + 1, snap.protocol, snap.metadata)
             return
         target = position.version - 1
         if target < 0:
             # Following from version 0: no state before it; the table's identity and
             # schema are those of version 0, whose commit the first round reads anyway.
             first, _ = await load_table_state(self._store, 0)
-            self._set_table(None, first.protocol, first.metadata)
+            self._set_table(None, 0, first.protocol, first.metadata)
             return
         saved = committed.snapshot_version if committed else None
         if saved is not None and saved <= target and target - saved <= self.config.replay_limit:
             try:
                 table = await self._states.load_snapshot(saved, self._store.root_uri)
                 await self._replay(table, target)
-                self._set_table(table, table.protocol, table.metadata)
+                self._set_table(table, target + 1, table.protocol, table.metadata)
                 return
             except (ObjectNotFoundError, MissingVersionsError) as e:
                 log.warning("%s: saved state unusable (%s); loading the table", self.config.name, e)
@@ -357,7 +357,7 @@ class Tailer:
             await self._resume_from_checkpoint(position.version)
             return
         table = await _index(state, target)
-        self._set_table(table, state.protocol, state.metadata)
+        self._set_table(table, target + 1, state.protocol, state.metadata)
 
     async def _replay(self, table: IncrementalState, target: int) -> None:
         if table.version >= target:
@@ -390,7 +390,9 @@ class Tailer:
                 version,
                 skipped,
             )
-            self._set_table(await _index(state, version), state.protocol, state.metadata)
+            self._set_table(
+                await _index(state, version), version + 1, state.protocol, state.metadata
+            )
             self._resumed_at = Position(version + 1)
             return
         raise MissingVersionsError(
@@ -400,13 +402,20 @@ class Tailer:
         )
 
     def _set_table(
-        self, table: IncrementalState | None, protocol: Protocol | None, metadata: Metadata | None
+        self,
+        table: IncrementalState | None,
+        next_version: int,
+        protocol: Protocol | None,
+        metadata: Metadata | None,
     ) -> None:
+        """Start following at ``next_version`` with ``table`` (the state before it, if
+        indexed) and the protocol and metadata in force for it."""
         self._table = table
         if protocol is not None and metadata is not None:
             check_readable(self._store.root_uri, protocol)
-            self._protocol, self._metadata = protocol, metadata
+            self._metadata = metadata
             self._schemas = ChangeSchemas.build(protocol, metadata, self.config.columns)
+            self._commits.seed(next_version, protocol, metadata)
         self._planner = ChangePlanner(self._store, self._partition_values)
 
     async def _partition_values(self, version: int, path: str) -> Mapping[str, str | None] | None:
@@ -508,35 +517,21 @@ class Tailer:
         return None
 
     async def _contiguous_commits(self, listing: LogListing, next_version: int) -> list[LogFile]:
-        commits = listing.commits()
-        if next_version not in commits:
-            later = [v for v in commits if v > next_version]
-            later += [
-                f.version for f in listing.files if f.is_checkpoint and f.version >= next_version
-            ]
-            if not later:
-                return []
-            first = min(later)
-            error = MissingVersionsError(
-                f"{self._store.root_uri}/_delta_log",
-                range(next_version, first),
-                "removed from the log before the stream read them",
-            )
-            if self.config.on_missing_versions is OnMissingVersions.FAIL:
-                raise error
-            log.warning("%s: %s", self.config.name, error)
-            await self._resume_from_checkpoint(next_version)
-            assert self._resumed_at is not None
-            self._committed = await self._states.commit(
-                replace(self._committed, position=self._resumed_at)
-            )
-            return []
-        files: list[LogFile] = []
-        v = next_version
-        while v in commits and len(files) < self.config.max_versions_per_round:
-            files.append(commits[v])
-            v += 1
-        return files
+        found = listing.follow(next_version, limit=self.config.max_versions_per_round)
+        if found.missing is None:
+            return list(found.commits)
+        error = found.missing_error(
+            self._store.root_uri, "removed from the log before the stream read them"
+        )
+        if self.config.on_missing_versions is OnMissingVersions.FAIL:
+            raise error
+        log.warning("%s: %s", self.config.name, error)
+        await self._resume_from_checkpoint(next_version)
+        assert self._resumed_at is not None
+        self._committed = await self._states.commit(
+            replace(self._committed, position=self._resumed_at)
+        )
+        return []
 
     async def _follow_round(self, files: list[LogFile]) -> None:
         start = self._committed.position
@@ -585,7 +580,7 @@ class Tailer:
             for j, (f, actions) in enumerate(zip(chunk, parsed, strict=False)):
                 v = f.version
                 try:
-                    timestamp_ms = self._check_version(f, actions)
+                    timestamp_ms = await self._check_version(f, actions)
                     tasks = await self._planner.plan(v, actions, timestamp_ms, self._schemas)
                 except DeltaStreamError as e:
                     round_.stop_at(v, e)
@@ -616,35 +611,21 @@ class Tailer:
                 return parsed, e
         return parsed, None
 
-    def _check_version(self, f: LogFile, actions: LogActions) -> int:
-        """Apply the version's protocol and metadata changes (raising for those that stop
-        the stream) and return its commit timestamp (ms)."""
-        uri = self._store.root_uri
-        v = f.version
-        if actions.protocol is not None:
-            check_readable(uri, actions.protocol)
-            self._protocol = actions.protocol
+    async def _check_version(self, f: LogFile, actions: LogActions) -> int:
+        """Process the version (:func:`~deltastream.changes.commits.process_commit`), apply
+        the stream's policies to it (raising for what stops the stream) and return its
+        commit timestamp (ms)."""
+        step = await self._commits.step(f, actions)
         if actions.metadata is not None:
-            self._on_metadata(v, actions.metadata)
-        if not self.config.infer_without_cdf and lacks_change_data(
-            self._protocol, self._metadata, actions
-        ):
-            raise ChangeDataNotEnabledError(uri, [v])
-        if ict_enabled_at(self._metadata, v):
-            info = actions.commit_info
-            if info is None or info.in_commit_timestamp is None:
-                raise CorruptCommitError(
-                    actions.source, "in-commit timestamps are enabled but it has none"
-                )
-            return info.in_commit_timestamp
-        return f.last_modified_ms
+            self._on_metadata(step)
+        if step.lacks_change_data and not self.config.infer_without_cdf:
+            raise ChangeDataNotEnabledError(self._store.root_uri, [step.version])
+        return step.timestamp_ms
 
-    def _on_metadata(self, version: int, metadata: Metadata) -> None:
-        old = table_schema(self._metadata)
-        new = table_schema(metadata)
-        mode = column_mapping_mode(self._protocol, metadata)
-        change = classify_schema_change(old, new, mode)
-        name = self.config.name
+    def _on_metadata(self, step: CommitStep) -> None:
+        """The stream's schema-change policy: additive changes go on with the new schema,
+        others stop the stream unless ``on_schema_change`` says continue."""
+        change, version, name = step.schema_change, step.version, self.config.name
         if change.kind is SchemaChangeKind.NON_ADDITIVE:
             if self.config.on_schema_change is OnSchemaChange.STOP:
                 raise SchemaChangeError(
@@ -666,8 +647,8 @@ class Tailer:
                 version,
                 change.description,
             )
-        self._metadata = metadata
-        self._schemas = ChangeSchemas.build(self._protocol, metadata, self.config.columns)
+        self._metadata = step.metadata
+        self._schemas = ChangeSchemas.build(step.protocol, step.metadata, self.config.columns)
 
     async def _advance_state(
         self, version: int, actions: LogActions, skip_until: int | None

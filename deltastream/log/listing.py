@@ -55,8 +55,11 @@ async def load_segment(
     version: int | None = None,
     *,
     use_compactions: bool = True,
+    look_back: int = 0,
 ) -> tuple[LogSegment, LogListing]:
-    """Build the segment for ``version`` (default latest); also return the listing used."""
+    """Build the segment for ``version`` (default latest); also return the listing used,
+    which starts ``look_back`` versions before the segment's checkpoint (for callers that
+    need the times of commits before it: in the same listing, it costs nothing more)."""
     hint: LastCheckpoint | None = None
     try:
         hint = await read_last_checkpoint(store)
@@ -65,7 +68,7 @@ async def load_segment(
     start = 0
     if hint is not None and (version is None or hint.version <= version):
         start = hint.version
-    listing = await list_log(store, start)
+    listing = await list_log(store, max(start - look_back, 0) if start > 0 else 0)
     if start > 0 and not any(f.is_checkpoint and f.version == start for f in listing.files):
         log.warning(
             "%s points at checkpoint %d, which is not in the log; listing the whole log",

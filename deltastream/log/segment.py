@@ -29,7 +29,7 @@ from deltastream.errors import (
 )
 from deltastream.log.paths import LogFile, LogFileKind
 
-__all__ = ["IncompleteListingError", "LogListing", "LogSegment", "build_segment"]
+__all__ = ["Followed", "IncompleteListingError", "LogListing", "LogSegment", "build_segment"]
 
 # Preference among checkpoints of the same version: single files before multi-part ones.
 _CHECKPOINT_PREFERENCE = {
@@ -41,6 +41,21 @@ _CHECKPOINT_PREFERENCE = {
 
 class IncompleteListingError(Exception):
     """The listing started after versions the segment needs; list again from version 0."""
+
+
+@dataclass(frozen=True)
+class Followed:
+    """What a reader following the log finds from its next version: ``commits``, the run of
+    consecutive commits from it (up to a gap, where the next call finds ``missing``); or,
+    when its next version is gone although later ones exist (log retention removed it
+    before it was read), ``missing``, the versions removed. Neither: nothing new yet."""
+
+    commits: tuple[LogFile, ...]
+    missing: range | None = None
+
+    def missing_error(self, table_uri: str, why: str) -> MissingVersionsError:
+        assert self.missing is not None
+        return MissingVersionsError(f"{table_uri}/_delta_log", self.missing, why)
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,23 @@ class LogListing:
         if missing:
             raise MissingVersionsError(f"{self.table_uri}/_delta_log", missing, why)
         return [commits[v] for v in range(first, last + 1)]
+
+    def follow(self, first: int, *, last: int | None = None, limit: int | None = None) -> Followed:
+        """What a reader following the log from version ``first`` finds in this listing:
+        the one rule of the tailer and the Spark stream. See :class:`Followed`."""
+        commits = self.commits()
+        run: list[LogFile] = []
+        v = first
+        while v in commits and (last is None or v <= last) and (limit is None or len(run) < limit):
+            run.append(commits[v])
+            v += 1
+        if run:
+            return Followed(tuple(run))
+        later = [c for c in commits if c > first]
+        later += [f.version for f in self.files if f.is_checkpoint and f.version >= first]
+        if not later or (last is not None and min(later) > last):
+            return Followed(())
+        return Followed((), range(first, min(later)))
 
     def crc(self, version: int) -> LogFile | None:
         for f in self.files:

@@ -35,8 +35,11 @@ from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.reconcile import CommitBatch, LogState, has_duplicate_keys
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.timestamps import (
+    FILE_TIME_LOOKBACK,
     TimestampSearch,
+    file_time_window,
     ict_enabled_at,
+    next_file_time,
     read_in_commit_timestamp,
     resolve_timestamp,
 )
@@ -217,17 +220,20 @@ async def _commit_timestamp(
     store: ObjectStore, segment: LogSegment, listing: LogListing, state: LogState
 ) -> int | None:
     version = segment.version
+    commit = listing.commits().get(version)
     if ict_enabled_at(state.metadata, version):
         last = segment.replay[-1] if segment.replay else None
         info = state.last_commit_info
         read_last_commit = last is not None and last.kind is LogFileKind.COMMIT
         if read_last_commit and info is not None and info.in_commit_timestamp is not None:
             return info.in_commit_timestamp
-        if version not in listing.commits():
+        if commit is None:
             return None
         return await read_in_commit_timestamp(store, version)
-    commit = listing.commits().get(version)
-    return commit.last_modified_ms if commit is not None else None
+    if commit is None:
+        return None
+    window = await file_time_window(store, version, listing)
+    return next_file_time(window, version, commit.last_modified_ms)[0]
 
 
 async def load_snapshot(
@@ -246,7 +252,9 @@ async def load_snapshot(
         raise InvalidArgumentError(f"version must be >= 0, not {version}")
     if timestamp_ms is not None:
         version = await resolve_version_at(store, timestamp_ms)
-    segment, listing = await load_segment(store, version, use_compactions=use_compactions)
+    segment, listing = await load_segment(
+        store, version, use_compactions=use_compactions, look_back=FILE_TIME_LOOKBACK
+    )
     state, segment = await _replay(store, segment, listing, files=True)
     uri = store.root_uri
     _check_state(uri, segment, state)

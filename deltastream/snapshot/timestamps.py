@@ -5,13 +5,26 @@ A version's commit timestamp is, per the protocol:
 * its ``commitInfo.inCommitTimestamp`` when in-commit timestamps are enabled for that
   version (``delta.enableInCommitTimestamps`` and, if set,
   ``delta.inCommitTimestampEnablementVersion <= version``);
-* otherwise the commit file's modification time, made strictly increasing across versions
-  (a commit whose file time is not after its predecessor's counts as predecessor + 1 ms),
-  as Delta's reference implementation does, so that time travel stays monotonic.
+* otherwise the commit's *file time*: its file's modification time, made strictly
+  increasing across versions as Delta's reference implementation does (a commit whose file
+  is not newer than its predecessor's counts as 1 ms after it). Precisely, the file time of
+  version ``v`` is the largest ``modified(k) + (v - k)`` over the commits ``k`` of versions
+  ``v - 100 .. v``: the chain of +1 ms steps, looking back at most
+  :data:`FILE_TIME_LOOKBACK` versions (Delta's reference implementation bounds its own look
+  back for change data the same way), so that it costs a bounded listing wherever a reader
+  starts. It depends on the log alone, not on who asks: time travel, a change range, the
+  tailer and the Spark source give a version the same timestamp, and the timestamp that
+  selects a version is the ``_commit_timestamp`` of its rows. File times are strictly
+  increasing except inside a run of more than 100 versions whose files are no newer than
+  their predecessors'.
 
 Both kinds are monotonic across the enablement boundary (the protocol requires the
 enabling commit's timestamp to exceed its predecessor's file time), so one binary search
 over the available commits answers "which version was current at time T".
+
+Everything that needs a commit timestamp calls :func:`commit_timestamp` with the file time
+from :func:`next_file_time`, carrying a :data:`FileTimeWindow` from version to version and
+starting it with :func:`file_time_window`: the rule is written here only.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from deltastream.errors import CorruptCommitError, InvalidArgumentError, TimestampOutOfRangeError
 from deltastream.log.actions import Metadata
+from deltastream.log.listing import list_log
 from deltastream.log.paths import LogFile, commit_key
 from deltastream.log.segment import LogListing
 from deltastream.log.table_properties import (
@@ -35,12 +49,18 @@ from deltastream.log.table_properties import (
 from deltastream.storage.base import ObjectStore
 
 __all__ = [
+    "FILE_TIME_LOOKBACK",
     "ICT_ENABLED",
     "ICT_ENABLEMENT_TIMESTAMP",
     "ICT_ENABLEMENT_VERSION",
+    "FileTimeWindow",
     "TimestampSearch",
+    "commit_timestamp",
+    "file_time_window",
+    "file_times",
     "format_ms",
     "ict_enabled_at",
+    "next_file_time",
     "parse_timestamp",
     "read_in_commit_timestamp",
     "resolve_timestamp",
@@ -105,15 +125,76 @@ async def read_in_commit_timestamp(store: ObjectStore, version: int) -> int:
     return ict
 
 
-def monotonic_file_times(commits: Sequence[LogFile]) -> list[int]:
-    """File modification times of ascending commits, made strictly increasing."""
+#: How many versions back a commit's file time looks.
+FILE_TIME_LOOKBACK = 100
+
+#: The earlier commits that can still decide a later commit's file time, as
+#: ``(version, modified_ms - version)`` pairs: versions ascending, values strictly
+#: decreasing (a sliding-window maximum). While file times rise by more than a millisecond
+#: a version, which is the usual case, it holds one pair.
+FileTimeWindow = tuple[tuple[int, int], ...]
+
+
+def next_file_time(
+    window: FileTimeWindow, version: int, modified_ms: int
+) -> tuple[int, FileTimeWindow]:
+    """The file time of commit ``version`` whose file was modified at ``modified_ms``, given
+    the window of the commits before it; and the window for the commits after it."""
+    start = version - FILE_TIME_LOOKBACK
+    kept = [pair for pair in window if start <= pair[0] < version]
+    value = modified_ms - version
+    while kept and kept[-1][1] <= value:
+        kept.pop()
+    kept.append((version, value))
+    return kept[0][1] + version, tuple(kept)
+
+
+def file_times(commits: Sequence[LogFile]) -> list[int]:
+    """The file times of ascending commits, the first being the earliest in the log or at
+    least :data:`FILE_TIME_LOOKBACK` versions before the first one whose time is used."""
     out: list[int] = []
+    window: FileTimeWindow = ()
     for f in commits:
-        ts = f.last_modified_ms
-        if out and ts <= out[-1]:
-            ts = out[-1] + 1
+        ts, window = next_file_time(window, f.version, f.last_modified_ms)
         out.append(ts)
     return out
+
+
+async def file_time_window(
+    store: ObjectStore, version: int, listing: LogListing | None = None
+) -> FileTimeWindow:
+    """The :data:`FileTimeWindow` before commit ``version``, from the commits listed in
+    ``listing`` if it starts early enough, else from a listing of those versions only."""
+    first = max(version - FILE_TIME_LOOKBACK, 0)
+    if version <= 0:
+        return ()
+    if listing is None or listing.listed_from > first:
+        listing = await list_log(store, first)
+    commits = listing.commits()
+    window: FileTimeWindow = ()
+    for v in range(first, version):
+        f = commits.get(v)
+        if f is not None:
+            window = next_file_time(window, v, f.last_modified_ms)[1]
+    return window
+
+
+def commit_timestamp(
+    source: str,
+    version: int,
+    metadata: Metadata | None,
+    in_commit_timestamp: int | None,
+    file_time_ms: int,
+) -> int:
+    """The commit timestamp of ``version`` by the protocol's rule: its in-commit timestamp
+    where ``metadata`` (in force for the commit, its own included) enables them, else its
+    file time. ``source`` names the commit file for the error when the in-commit timestamp
+    is missing."""
+    if ict_enabled_at(metadata, version):
+        if in_commit_timestamp is None:
+            raise CorruptCommitError(source, "in-commit timestamps are enabled but it has none")
+        return in_commit_timestamp
+    return file_time_ms
 
 
 async def resolve_timestamp(
@@ -138,7 +219,7 @@ async def resolve_timestamp(
     if not versions:
         raise TimestampOutOfRangeError(f"{listing.table_uri}: the log has no commit files to date")
     files = [commits_by_version[v] for v in versions]
-    file_times = monotonic_file_times(files)
+    times = file_times(files)
     cache: dict[int, int] = {}
 
     async def ts_at(i: int) -> int:
@@ -147,7 +228,7 @@ async def resolve_timestamp(
             if ict_enabled_at(latest_metadata, v):
                 cache[i] = await read_in_commit_timestamp(store, v)
             else:
-                cache[i] = file_times[i]
+                cache[i] = times[i]
         return cache[i]
 
     # The protocol's rule for tables that enabled in-commit timestamps after creation: a

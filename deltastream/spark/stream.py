@@ -43,18 +43,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from deltastream.changes.planner import (
-    ChangePlanner,
-    ChangeSchemas,
-    lacks_change_data,
-    removes_data,
-)
+from deltastream.changes.commits import CommitSteps
+from deltastream.changes.planner import ChangePlanner, ChangeSchemas, removes_data
 from deltastream.errors import (
     ChangeDataNotEnabledError,
-    CorruptCommitError,
     DataChangeInStreamError,
     InvalidArgumentError,
-    MissingVersionsError,
     SchemaChangeError,
 )
 from deltastream.log.actions import Metadata, Protocol
@@ -71,7 +65,7 @@ from deltastream.snapshot.loader import (
     read_log_files,
     resolve_version_at,
 )
-from deltastream.snapshot.timestamps import TimestampSearch, ict_enabled_at
+from deltastream.snapshot.timestamps import TimestampSearch
 from deltastream.spark.options import DEFAULT_MAX_FILES, SourceOptions
 from deltastream.spark.partitions import FileGroup, FilePartition, add_partitions, read_group
 from deltastream.storage import open_store
@@ -187,8 +181,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.source = source
         self._session: _Session | None = None
         self._versions: dict[int, list[FilePartition]] = {}
-        #: ``(version, protocol, metadata)``: what is in force for commit ``version``.
-        self._table_before: tuple[int, Protocol, Metadata] | None = None
+        #: The commit processor, with the store it reads (kept across planning calls).
+        self._steps: tuple[ObjectStore, CommitSteps] | None = None
         self._snapshot: tuple[int, pa.Table, tuple[Any, ...]] | None = None
         #: Trigger.AvailableNow: the last version the query may read.
         self._cap: int | None = None
@@ -234,6 +228,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self._versions.clear()
+        self._steps = None
         self._snapshot = None
         session, self._session = self._session, None
         if session is not None:
@@ -243,6 +238,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark ships the reader to executors for read(): without the driver's event loop.
         state = self.__dict__.copy()
         state["_session"] = None
+        state["_steps"] = None
         return state
 
     # ------------------------------------------------------------------ the driver's loop
@@ -372,23 +368,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield Offset(v, len(planned)), None, Offset(v + 1)
             return
         listing = await list_log(store, start.version)
-        commits = listing.commits()
-        newest = max(commits, default=start.version - 1)
-        if cap is not None:
-            newest = min(newest, cap)
-        if version <= newest and version not in commits:
-            missing = [v for v in range(version, min(commits, default=newest + 1))]
+        followed = listing.follow(version, last=cap)
+        while followed.missing is not None:
+            error = followed.missing_error(
+                self._plan.uri,
+                "the stream needs them (they were removed by log retention before being "
+                "read); set failOnDataLoss to false to skip them",
+            )
             if self.source.fail_on_data_loss:
-                raise MissingVersionsError(
-                    f"{self._plan.uri}/_delta_log",
-                    missing,
-                    "the stream needs them (they were removed by log retention before being "
-                    "read); set failOnDataLoss to false to skip them",
-                )
-            log.warning("%s: skipping removed versions %s", self._plan.uri, missing)
-            version, index = min(commits), 0
+                raise error
+            log.warning("%s: skipping %s", self._plan.uri, error)
+            version, index = followed.missing.stop, 0
             yield start, None, Offset(version)
-        commit_files = listing.contiguous_commits(version, newest, why="a gap in the commits")
+            start = Offset(version)
+            followed = listing.follow(version, last=cap)
+        commit_files = followed.commits
         for commit in commit_files:
             planned = await self._version_files(store, version, commit)
             for i in range(index, len(planned)):
@@ -442,87 +436,62 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if cached is not None:
             return cached
         (actions,) = await read_log_files(store, [commit])
-        self._check(version, actions)
         plan = self._plan
+        self._check(version, actions.metadata)
         if plan.changes is not None:
-            protocol, metadata = await self._in_force(store, version, actions)
-            if lacks_change_data(protocol, metadata, actions):
+            # Change rows need what is in force for the version (timestamps, the change
+            # data feed); the plain source reads added files, which need only the reader
+            # gate, so it reads past versions whose state the log cannot reconstruct.
+            step = await self._commits(store).step(commit, actions)
+            if step.lacks_change_data:
                 raise ChangeDataNotEnabledError(plan.uri, [version])
-            timestamp_ms = self._timestamp(version, actions, commit.last_modified_ms, metadata)
-            tasks = await ChangePlanner(store).plan(version, actions, timestamp_ms, plan.changes)
+            planner = ChangePlanner(store)
+            tasks = await planner.plan(version, actions, step.timestamp_ms, plan.changes)
             files = [
                 self._partition(task, schema)
                 for task, schema in tasks
                 if not self.source.excluded(task.path)
             ]
         else:
+            if actions.protocol is not None:
+                check_readable(plan.uri, actions.protocol)
             files = self._added_files(version, actions)
         if len(self._versions) >= _CACHED_VERSIONS:
             del self._versions[min(self._versions)]
         self._versions[version] = files
         return files
 
-    async def _in_force(
-        self, store: ObjectStore, version: int, actions: LogActions
-    ) -> tuple[Protocol, Metadata]:
-        """The protocol and metadata in force for commit ``version`` (its own, if it has
-        them). Versions are mostly read in order, so the state after the previous one is
-        kept; otherwise the state before ``version`` is loaded (protocol and metadata only)."""
-        known = self._table_before
-        protocol: Protocol | None = None
-        metadata: Metadata | None = None
-        if known is not None and known[0] == version:
-            protocol, metadata = known[1], known[2]
-        elif version > 0:
-            state, _ = await load_table_state(store, version - 1)
-            protocol, metadata = state.protocol, state.metadata
-        protocol = actions.protocol or protocol
-        metadata = actions.metadata or metadata
-        if protocol is None or metadata is None:
-            raise CorruptCommitError(
-                actions.source, "the table's first commit has no protocol or metadata"
-            )
-        self._table_before = (version + 1, protocol, metadata)
-        return protocol, metadata
+    def _commits(self, store: ObjectStore) -> CommitSteps:
+        """The reader's commit processor: versions are mostly planned in order, so what is
+        in force after one is kept for the next."""
+        if self._steps is None or self._steps[0] is not store:
+            self._steps = (store, CommitSteps(store))
+        return self._steps[1]
 
-    def _check(self, version: int, actions: LogActions) -> None:
+    def _check(self, version: int, metadata: Metadata | None) -> None:
+        """The stream's policy for a version's metadata: it reads the table it started on,
+        with the schema of the version it started on."""
         plan = self._plan
-        if actions.protocol is not None:
-            check_readable(plan.uri, actions.protocol)
-        if actions.metadata is not None:
-            if actions.metadata.id != plan.table_id:
-                raise InvalidArgumentError(
-                    f"{plan.uri}: version {version} changes the table's id: it was replaced"
-                )
-            # Every version is read with the schema of the version the query started on: an
-            # older schema it evolved from additively reads fine; any change after the start
-            # would change the query's schema under it.
-            schema, read_with = table_schema(actions.metadata), table_schema(plan.metadata)
-            if schema != read_with and (
-                version > plan.version
-                or schema_problem(
-                    schema, read_with, column_mapping_mode(plan.protocol, plan.metadata)
-                )
-            ):
-                raise SchemaChangeError(
-                    plan.uri,
-                    version,
-                    "changes the table's schema; restart the query (with a new checkpoint "
-                    "location) to read it with the new schema",
-                )
-
-    def _timestamp(
-        self, version: int, actions: LogActions, modified_ms: int, metadata: Metadata
-    ) -> int:
-        """The commit's timestamp, by the rule of the metadata in force for it."""
-        if ict_enabled_at(metadata, version):
-            info = actions.commit_info
-            if info is None or info.in_commit_timestamp is None:
-                raise CorruptCommitError(
-                    actions.source, "in-commit timestamps are enabled but it has none"
-                )
-            return info.in_commit_timestamp
-        return modified_ms
+        if metadata is None:
+            return
+        if metadata.id != plan.table_id:
+            raise InvalidArgumentError(
+                f"{plan.uri}: version {version} changes the table's id: it was replaced"
+            )
+        # Every version is read with the schema of the version the query started on: an
+        # older schema it evolved from additively reads fine; any change after the start
+        # would change the query's schema under it.
+        schema, read_with = table_schema(metadata), table_schema(plan.metadata)
+        if schema != read_with and (
+            version > plan.version
+            or schema_problem(schema, read_with, column_mapping_mode(plan.protocol, plan.metadata))
+        ):
+            raise SchemaChangeError(
+                plan.uri,
+                version,
+                "changes the table's schema; restart the query (with a new checkpoint "
+                "location) to read it with the new schema",
+            )
 
     def _added_files(self, version: int, actions: LogActions) -> list[FilePartition]:
         """The plain source's files of one version: its data-changing adds."""

@@ -470,3 +470,41 @@ def test_contiguous_commits_names_every_missing_version() -> None:
     with pytest.raises(MissingVersionsError, match=r"5, 7-8 \(for the test\)") as caught:
         listing.contiguous_commits(3, why="for the test")
     assert caught.value.missing == (5, 7, 8)
+
+
+# ---------------------------------------------------------------------------- following
+
+
+def test_follow_returns_the_run_of_consecutive_commits_up_to_a_gap() -> None:
+    found = listing(commits(3, 6), commits(8, 9)).follow(3)
+    assert [f.version for f in found.commits] == [3, 4, 5, 6]
+    assert found.missing is None
+
+
+def test_follow_stops_at_last_and_at_limit() -> None:
+    log = listing(commits(0, 9))
+    assert [f.version for f in log.follow(2, last=4).commits] == [2, 3, 4]
+    assert [f.version for f in log.follow(2, limit=2).commits] == [2, 3]
+
+
+def test_follow_finds_nothing_new_past_the_newest_commit() -> None:
+    found = listing(commits(0, 4)).follow(5)
+    assert found.commits == () and found.missing is None
+
+
+def test_follow_reports_versions_removed_before_they_were_read() -> None:
+    found = listing(cp(7), commits(8, 9), listed_from=3).follow(3)
+    assert found.commits == ()
+    assert found.missing == range(3, 7)
+    error = found.missing_error(URI, "removed before the stream read them")
+    assert error.missing == (3, 4, 5, 6)
+    assert "removed before the stream read them" in str(error)
+
+
+def test_follow_at_a_gap_reports_it_as_missing() -> None:
+    assert listing(commits(3, 6), commits(8, 9)).follow(7).missing == range(7, 8)
+
+
+def test_follow_ignores_later_versions_beyond_last() -> None:
+    found = listing(commits(8, 9)).follow(3, last=5)
+    assert found.commits == () and found.missing is None
