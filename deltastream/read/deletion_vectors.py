@@ -30,7 +30,6 @@ and they read as missing here, as in delta-kernel-rs.
 from __future__ import annotations
 
 import posixpath
-import re
 import struct
 import uuid
 import zlib
@@ -45,6 +44,7 @@ from pyroaring import BitMap64
 from deltastream.errors import DeletionVectorError, ObjectNotFoundError
 from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.storage.local import LocalStore
+from deltastream.storage.paths import S3_SCHEMES, split_uri
 
 if TYPE_CHECKING:
     from deltastream.storage.base import ObjectStore
@@ -377,24 +377,15 @@ def parse_dv_file_slice(data: bytes, descriptor: DeletionVectorDescriptor, sourc
     return parse_bitmap(bitmap, source)
 
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
-
-
 def _absolute_key(store: ObjectStore, location: str) -> str | None:
     """The store key of an absolute (``p``) DV location, or None if it is outside the root.
 
     The location is URI-encoded like ``add.path``: a ``file:`` URI or plain absolute path for
-    local tables, ``s3://bucket/key`` for S3. ``?`` and ``#`` are part of the path.
+    local tables, ``s3://bucket/key`` for S3 (:func:`~deltastream.storage.paths.split_uri`).
+    Unlike data files, a DV is only read from inside the table, at its normalised key.
     """
-    m = _SCHEME.match(location)
-    if m is None or len(m.group(1)) == 1:  # no scheme (a one-letter one is a drive)
-        scheme, authority, path = "", "", location
-    else:
-        scheme, rest = m.group(1).lower(), m.group(2)
-        authority, path = "", rest
-        if rest.startswith("//"):
-            authority, slash, tail = rest[2:].partition("/")
-            path = slash + tail
+    parts = split_uri(location)
+    scheme, authority, path = parts.scheme, parts.authority or "", parts.path
     if isinstance(store, LocalStore):
         if scheme not in ("", "file") or authority not in ("", "localhost"):
             return None
@@ -405,7 +396,7 @@ def _absolute_key(store: ObjectStore, location: str) -> str | None:
         return local[len(root.rstrip("/")) + 1 :]
     if not scheme:
         return None
-    if scheme == "s3a":
+    if scheme in S3_SCHEMES:
         scheme = "s3"
     canonical = f"{scheme}://{authority}{posixpath.normpath(unquote(path) or '/')}"
     root_uri = store.root_uri.rstrip("/") + "/"

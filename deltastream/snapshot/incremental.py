@@ -34,7 +34,6 @@ from deltastream.errors import InvalidArgumentError
 from deltastream.log.actions import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
 from deltastream.log.commit import LogActions
 from deltastream.snapshot.reconcile import (
-    _ABSOLUTE,
     _KEY_SEPARATOR,
     FILES_SCHEMA,
     TOMBSTONES_SCHEMA,
@@ -42,6 +41,7 @@ from deltastream.snapshot.reconcile import (
     action_keys,
     file_keys,
 )
+from deltastream.storage.paths import ABSOLUTE_PATTERN
 
 __all__ = ["CompactionJob", "IncrementalState"]
 
@@ -57,7 +57,7 @@ COMPACT_FRACTION = 0.05
 
 def _absolute(paths: AnyArray) -> list[bool]:
     """Which paths are absolute (the ``_has_absolute`` test, row by row)."""
-    return cast(list[bool], _bool_numpy(pc.match_substring_regex(paths, _ABSOLUTE)).tolist())
+    return cast(list[bool], _bool_numpy(pc.match_substring_regex(paths, ABSOLUTE_PATTERN)).tolist())
 
 
 def _bool_numpy(mask: AnyArray) -> BoolMask:
@@ -80,24 +80,12 @@ def _string_array(column: AnyArray) -> pa.Array[Any]:
 
 def _canonical_keys(table: pa.Table, table_root: str) -> pa.Array[Any]:
     """Canonical reconciliation key of every row (``file_keys(..., canonicalize=True)``),
-    as one (large) string array; often the path column itself, uncopied.
-
-    Canonicalising runs Python per row, so only rows whose key it can change are sent
-    through it: absolute paths and paths with a ``%`` (for the others it is the identity).
-    """
-    paths = table.column("path")
-    dvs = table.column("deletionVector")
-    keys = _string_array(file_keys(paths, dvs, table_root, False))
-    special = _bool_numpy(
-        pc.or_kleene(pc.match_substring_regex(paths, _ABSOLUTE), pc.match_substring(paths, "%"))
+    as one (large) string array; often the path column itself, uncopied (only rows whose
+    key canonicalising can change go through Python: see
+    :func:`~deltastream.storage.paths.canonical_paths`)."""
+    return _string_array(
+        file_keys(table.column("path"), table.column("deletionVector"), table_root, True)
     )
-    if special.any():
-        idx = np.flatnonzero(special)
-        canonical = file_keys(paths.take(idx), dvs.take(idx), table_root, True)
-        keys = pc.replace_with_mask(
-            keys, pa.array(special), _string_array(canonical).cast(keys.type)
-        )
-    return keys
 
 
 def _flat(column: pa.ChunkedArray[Any], schema: pa.Schema) -> pa.Table:
@@ -214,7 +202,9 @@ class _KeyedRows:
         self._data = memoryview(buffers[2] if n and buffers[2] is not None else b"")
         self._keys = keys  # keeps the buffers above alive
         self._alive: BoolMask = np.ones(n, dtype=np.bool_)
-        self._absolute: BoolMask = _bool_numpy(pc.match_substring_regex(self._paths, _ABSOLUTE))
+        self._absolute: BoolMask = _bool_numpy(
+            pc.match_substring_regex(self._paths, ABSOLUTE_PATTERN)
+        )
         self._size: Int64s = (
             np.asarray(
                 cast(AnyArray, pc.coalesce(table.column("size"), pa.scalar(0, pa.int64()))),

@@ -11,20 +11,19 @@ checkpoint ``add``/``remove`` structs), never one Python object per file. Applyi
 of commits costs one hash aggregation over the batch plus one hash probe over the current
 files, so whole logs and single commits go through the same code.
 
-Paths are compared as the log writes them, except that absolute paths (``file:/…``,
-``/…``, ``s3://…``) are canonicalised and, under the table root, made relative, so that an
-``add`` with a relative path and a ``remove`` with the equivalent absolute one (as Spark
-writes after path qualification) reconcile with each other.
+Paths are compared as the log writes them, except that when any path in play is absolute
+(``file:/…``, ``/…``, ``s3://…``) all are compared in canonical form
+(:func:`deltastream.storage.paths.canonical_path`: decoded and, under the table root, made
+relative), so that an ``add`` with a relative path and a ``remove`` with the equivalent
+absolute one (as Spark writes after path qualification) reconcile with each other.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, TypeAlias, cast
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +39,7 @@ from deltastream.log.actions import (
     Txn,
 )
 from deltastream.log.commit import LogActions
+from deltastream.storage.paths import ABSOLUTE_PATTERN, canonical_paths
 
 __all__ = [
     "FILES_SCHEMA",
@@ -57,7 +57,6 @@ AnyArray: TypeAlias = "pa.ChunkedArray[Any] | pa.Array[Any]"
 FILES_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in ADD_TYPE])
 TOMBSTONES_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in REMOVE_TYPE])
 
-_ABSOLUTE = r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)"
 _KEY_SEPARATOR = "\x00"
 
 
@@ -82,55 +81,10 @@ def _dv_unique_ids(dv: AnyArray) -> AnyArray:
     return cast(AnyArray, pc.if_else(pc.is_valid(dv), uid, pa.scalar(None, pa.string())))
 
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
-
-
-def _split_uri(uri: str) -> tuple[str, str, str]:
-    """``(scheme, authority, path)``; unlike ``urlsplit``, ``?`` and ``#`` stay in the path
-    (raw ones appear in real file names, and log paths carry no queries or fragments)."""
-    m = _SCHEME.match(uri)
-    if m is None:
-        return "", "", uri
-    scheme, rest = m.group(1).lower(), m.group(2)
-    if rest.startswith("//"):
-        authority, slash, path = rest[2:].partition("/")
-        return scheme, authority, slash + path
-    return scheme, "", rest
-
-
-def _root_prefixes(table_root: str) -> tuple[str, ...]:
-    """Canonical URI prefixes (decoded, ending in ``/``) under which a path is relative.
-
-    ``table_root`` is a store's root (a plain local path or ``s3://bucket/prefix``, both
-    decoded) or a ``file:`` URI.
-    """
-    scheme, authority, path = _split_uri(table_root)
-    if scheme in ("s3", "s3a"):
-        tail = path.strip("/")
-        base = f"{authority}/{tail}/" if tail else f"{authority}/"
-        return (f"s3://{base}", f"s3a://{base}")
-    # A ``file:`` root is a URI, percent-encoded; a plain path is taken as it is.
-    local = unquote(path) if scheme == "file" else table_root
-    return (f"file:{local.rstrip('/')}/",)
-
-
-def _canonical_path(path: str, prefixes: Sequence[str]) -> str:
-    """Decoded, canonical form of one log path; relative when it lies under the table root."""
-    scheme, authority, rest = _split_uri(path)
-    if not scheme and not path.startswith("/"):
-        return unquote(path)
-    if not scheme or scheme == "file":
-        canonical = "file:" + unquote(rest)
-    else:
-        canonical = f"{scheme}://{authority}{unquote(rest)}"
-    for prefix in prefixes:
-        if canonical.startswith(prefix):
-            return canonical[len(prefix) :]
-    return canonical
-
-
 def _has_absolute(paths: Iterable[AnyArray]) -> bool:
-    return any(len(p) and pc.any(pc.match_substring_regex(p, _ABSOLUTE)).as_py() for p in paths)
+    return any(
+        len(p) and pc.any(pc.match_substring_regex(p, ABSOLUTE_PATTERN)).as_py() for p in paths
+    )
 
 
 def file_keys(
@@ -145,11 +99,7 @@ def file_keys(
     made relative to ``table_root`` first; otherwise they are compared as written.
     """
     if canonicalize:
-        prefixes = _root_prefixes(table_root)
-        paths = pa.array(
-            [None if p is None else _canonical_path(p, prefixes) for p in paths.to_pylist()],
-            type=pa.string(),
-        )
+        paths = canonical_paths(table_root, paths)
     if dvs.null_count == len(dvs):
         return paths
     joined = pc.binary_join_element_wise(paths, _dv_unique_ids(dvs), _KEY_SEPARATOR)  # type: ignore[call-overload]

@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.base import ChangeFeed, ObjectMeta, ObjectStore, StoreStats
 from deltastream.storage.local import LocalStore
+from deltastream.storage.paths import S3_SCHEMES
 
 if TYPE_CHECKING:
     from deltastream.storage.s3 import S3Options, S3Store
@@ -28,8 +29,6 @@ __all__ = [
     "StoreStats",
     "open_store",
 ]
-
-_S3_SCHEMES = ("s3", "s3a")
 
 
 def __getattr__(name: str) -> Any:
@@ -53,7 +52,7 @@ def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> Ob
         raise InvalidArgumentError("empty table URI")
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
-    if scheme in _S3_SCHEMES:
+    if scheme in S3_SCHEMES:
         from deltastream.storage.s3 import S3Options, S3Store
 
         return S3Store(

@@ -11,18 +11,17 @@ objects may have appeared in a directory, so that a follower need not wait for i
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self, TypeVar, cast
-from urllib.parse import unquote
 
 import anyio
 import pyarrow as pa
 
 from deltastream.errors import InvalidArgumentError, StorageError
+from deltastream.storage.paths import resolve_path
 from deltastream.storage.retry import RetryListener
 
 __all__ = [
@@ -59,13 +58,6 @@ class StoreStats:
     head_requests: int = 0
     put_requests: int = 0
     retries: int = 0
-
-
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
-
-
-def _is_absolute(path: str) -> bool:
-    return path.startswith("/") or _SCHEME.match(path) is not None
 
 
 class AsyncClosable:
@@ -245,14 +237,26 @@ class ObjectStore(AsyncClosable, ABC):
         Relative paths are percent-encoded and relative to this store's root. Absolute paths
         (a URI or an absolute local path) are canonicalised: under this root they are read
         through this store; elsewhere through a store for that location, opened on demand
-        and closed with this one.
-        """
-        if not _is_absolute(path):
-            return self, unquote(path)
-        return self._resolve_absolute(path)
+        and closed with this one. :func:`~deltastream.storage.paths.resolve_path` holds the
+        rules.
 
-    def _resolve_absolute(self, path: str) -> tuple[ObjectStore, str]:
-        raise StorageError(path, f"cannot read a file outside {self.root_uri} from this store")
+        Raises :class:`~deltastream.errors.StorageError` (naming the path) when no store
+        this one can open reads it, :class:`~deltastream.errors.InvalidArgumentError` for a
+        path with a NUL byte.
+        """
+        target = resolve_path(self.root_uri, path)
+        if target.in_table_store:
+            return self, target.key
+        store = None if target.store_root is None else self._store_at(target.store_root)
+        if store is None:
+            raise StorageError(path, f"cannot read a file outside {self.root_uri} from this store")
+        return store, target.key
+
+    def _store_at(self, root_uri: str) -> ObjectStore | None:
+        """A store rooted at ``root_uri`` (the root of another file system or bucket, spelled
+        as that store's ``root_uri``), for :meth:`resolve`; None (this default) when this
+        store cannot read files outside its root."""
+        return None
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes]:
         """Fetch several objects concurrently, returning their bytes in the order of ``keys``."""

@@ -18,7 +18,6 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 import anyio
 import anyio.from_thread
@@ -271,23 +270,15 @@ class LocalStore(ObjectStore):
         except OSError as e:
             raise StorageError(str(path), f"cannot read: {e.strerror or e}") from e
 
-    def _resolve_absolute(self, path: str) -> tuple[ObjectStore, str]:
-        scheme, _, rest = path.partition(":") if not path.startswith("/") else ("", "", path)
-        if scheme and scheme.lower() != "file":
-            return super()._resolve_absolute(path)
-        if rest.startswith("//"):  # file://host/path or file:///path
-            host, _, tail = rest[2:].partition("/")
-            if host not in ("", "localhost"):
-                return super()._resolve_absolute(path)
-            rest = "/" + tail
-        target = Path(unquote(rest))  # log paths are URIs, percent-encoded
-        try:
-            return self, target.relative_to(self._root).as_posix()
-        except ValueError:
-            if self._filesystem_root is None:
-                self._filesystem_root = LocalStore("/")
-                self._filesystem_root.stats = self.stats
-            return self._filesystem_root, target.as_posix().lstrip("/")
+    def _store_at(self, root_uri: str) -> ObjectStore | None:
+        # Files outside the root are read through a store rooted at "/", sharing these
+        # counters; its keys are checked like any other (no ".." segments).
+        if root_uri != "/":
+            return None
+        if self._filesystem_root is None:
+            self._filesystem_root = LocalStore("/")
+            self._filesystem_root.stats = self.stats
+        return self._filesystem_root
 
     async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
         self.stats.get_requests += 1

@@ -10,6 +10,7 @@ import statistics
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import anyio
 import pytest
@@ -106,6 +107,64 @@ async def test_stats_count_requests(tmp_path: Path) -> None:
         1,
     )
     assert store.stats.retries == 0
+
+
+# -------------------------------------------------------------------- resolving log paths
+
+
+@pytest.mark.anyio
+async def test_resolve_reads_log_paths_under_the_root_through_the_store(tmp_path: Path) -> None:
+    root = tmp_path / "my table"
+    write(root, "p=a b/x y.parquet", b"inside")
+    store = LocalStore(root)
+    encoded = quote(str(root))
+    for path in (
+        "p=a%20b/x%20y.parquet",
+        f"{encoded}/p=a%20b/x%20y.parquet",
+        f"file:{encoded}/p=a%20b/x%20y.parquet",
+        f"file://{encoded}/p=a%20b/x%20y.parquet",
+        f"file://localhost{encoded}/p=a%20b/x%20y.parquet",
+    ):
+        assert store.resolve(path) == (store, "p=a b/x y.parquet"), path
+        assert await store.get(store.resolve(path)[1]) == b"inside"
+
+
+@pytest.mark.anyio
+async def test_resolve_reads_files_elsewhere_through_one_file_system_store(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "elsewhere/x y.parquet", b"outside")
+    store = LocalStore(tmp_path / "table")
+    other, key = store.resolve(f"file:{quote(str(tmp_path))}/elsewhere/x%20y.parquet")
+    assert isinstance(other, LocalStore) and other is not store
+    assert other.root_uri == "/" and key == f"{tmp_path}/elsewhere/x y.parquet".lstrip("/")
+    assert await other.get(key) == b"outside"
+    assert other.stats is store.stats
+    assert store.resolve(f"{tmp_path}/elsewhere/x%20y.parquet")[0] is other
+
+
+@pytest.mark.anyio
+async def test_resolved_keys_escaping_the_root_are_still_refused(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "table")
+    for path in ("%2e%2e/x", f"file:{tmp_path}/table/../x"):
+        target, key = store.resolve(path)
+        assert (target, key) == (store, "../x")
+        with pytest.raises(InvalidArgumentError, match="escapes the store root"):
+            await target.get(key)
+
+
+@pytest.mark.parametrize("path", ["s3://bucket/t/x", "file://server/t/x", "//server/t/x", "C:/x"])
+def test_resolve_refuses_paths_no_local_store_can_read(tmp_path: Path, path: str) -> None:
+    store = LocalStore(tmp_path)
+    with pytest.raises(StorageError, match="cannot read a file outside") as info:
+        store.resolve(path)
+    assert info.value.uri == path
+
+
+@pytest.mark.parametrize("path", ["a%00b.parquet", "/x/a%00b", "file:/x\x00"])
+def test_resolve_refuses_nul_bytes(tmp_path: Path, path: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="NUL byte"):
+        LocalStore(tmp_path).resolve(path)
 
 
 # -------------------------------------------------------------------- open_store, local

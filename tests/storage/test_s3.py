@@ -422,6 +422,45 @@ async def test_open_store_s3_reads_through_the_options(s3_bucket: Any, boto: Any
             assert await store.get("_delta_log/x.json") == b"x"
 
 
+# -------------------------------------------------------------------- resolving log paths
+
+
+def test_resolve_reads_objects_under_the_prefix_through_the_store() -> None:
+    store = S3Store("bucket", "a b/t")
+    for path in (
+        "p=1/x%20y.parquet",
+        "s3://bucket/a%20b/t/p=1/x%20y.parquet",
+        "s3a://bucket/a%20b/t/p=1/x%20y.parquet",
+        "S3://bucket/a b/t/p=1/x y.parquet",
+    ):
+        assert store.resolve(path) == (store, "p=1/x y.parquet"), path
+
+
+def test_resolve_reads_other_objects_through_one_store_per_bucket() -> None:
+    store = S3Store("bucket", "t", S3Options(region="eu-central-1"))
+    store.retry_listener = lambda event: None
+    same, key = store.resolve("s3://bucket/t2/x")
+    assert isinstance(same, S3Store) and same is not store
+    assert (same.bucket, same.prefix, key) == ("bucket", "", "t2/x")
+    assert same.options is store.options and same.stats is store.stats
+    assert same.retry_listener is store.retry_listener
+    assert store.resolve("s3a://bucket/x")[0] is same
+    other, key = store.resolve("s3://other/t/x")
+    assert isinstance(other, S3Store) and (other.bucket, other.prefix, key) == ("other", "", "t/x")
+
+
+@pytest.mark.parametrize("path", ["/t/x", "file:///t/x", "s3n://bucket/t/x", "s3:/bucket/t/x"])
+def test_resolve_refuses_paths_no_s3_store_can_read(path: str) -> None:
+    with pytest.raises(StorageError, match="cannot read a file outside s3://bucket/t") as info:
+        S3Store("bucket", "t").resolve(path)
+    assert info.value.uri == path
+
+
+def test_resolve_needs_a_bucket() -> None:
+    with pytest.raises(InvalidArgumentError, match="needs a bucket"):
+        S3Store("bucket", "t").resolve("s3:///t/x")
+
+
 # -------------------------------------------------------------------- retries over HTTP
 
 

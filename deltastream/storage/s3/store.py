@@ -16,7 +16,6 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
 import aiohttp
 import anyio
@@ -35,6 +34,7 @@ from deltastream.storage.base import (
     ObjectStore,
     check_byte_range,
 )
+from deltastream.storage.paths import S3_SCHEMES, split_uri
 from deltastream.storage.retry import RetryEvent, backoff_delay
 from deltastream.storage.s3.client import open_client
 from deltastream.storage.s3.feed import SqsChangeFeed
@@ -375,14 +375,13 @@ class S3Store(ObjectStore):
             return pa.BufferReader(await self.get(key))
         return pa.PythonFile(RangedObject(self, key, size), mode="r")
 
-    def _resolve_absolute(self, path: str) -> tuple[ObjectStore, str]:
-        scheme, _, rest = path.partition("://")
-        if scheme.lower() not in ("s3", "s3a") or not rest:
-            return super()._resolve_absolute(path)
-        bucket, _, key = rest.partition("/")
-        key = unquote(key)
-        if bucket == self.bucket and (not self.prefix or key.startswith(self.prefix + "/")):
-            return self, self._relative_key(key)
+    def _store_at(self, root_uri: str) -> ObjectStore | None:
+        # Objects outside the prefix are read through a store at their bucket's root,
+        # sharing this store's options and counters.
+        parts = split_uri(root_uri)
+        if parts.scheme not in S3_SCHEMES or not parts.authority:
+            return None
+        bucket = parts.authority
         other = self._foreign.get(bucket)
         if other is None:
             other = S3Store(bucket, "", self.options)
@@ -390,7 +389,7 @@ class S3Store(ObjectStore):
             self._foreign[bucket] = other
         # Its retries are this store's: whoever listens here hears them too.
         other.retry_listener = self.retry_listener
-        return other, key
+        return other
 
     async def head(self, key: str) -> ObjectMeta:
         uri = self.uri_for(key)

@@ -1,0 +1,358 @@
+"""The meaning of a file path found in a Delta log, relative to the table's root.
+
+This module owns every rule about such paths, so that each exists once:
+
+* how a URI splits into scheme, authority and path (:func:`split_uri`), and which paths are
+  absolute (:func:`is_absolute`, :data:`ABSOLUTE_PATTERN` for Arrow kernels);
+* the forms a table root takes (:class:`TableRoot`): a store's ``root_uri`` (a decoded
+  local path or ``s3://bucket/prefix``) or a percent-encoded ``file:`` URI;
+* the canonical form of a log path, which action reconciliation compares
+  (:func:`canonical_path`, :func:`canonical_paths` for Arrow columns);
+* where a log path is read from: the store root and key (:func:`resolve_path`);
+* whether a log path lies under the table root (:func:`is_under`).
+
+Log paths (``add``/``remove``/``cdc`` paths, ``p`` deletion vector locations) are URIs
+(PROTOCOL.md, "Add File and Remove File"): percent-encoded, relative to the table root or
+absolute (``s3://bucket/key``, ``file:/x``, ``file:///x``, or a bare ``/x``). ``s3a://`` names
+the same objects as ``s3://`` (Hadoop's spelling, which Spark writes). The rules are pure:
+nothing here touches a file or the network.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Literal, TypeAlias, cast
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltastream.errors import InvalidArgumentError
+
+__all__ = [
+    "ABSOLUTE_PATTERN",
+    "S3_SCHEMES",
+    "ResolvedPath",
+    "TableRoot",
+    "UriParts",
+    "canonical_path",
+    "canonical_paths",
+    "is_absolute",
+    "is_under",
+    "resolve_path",
+    "split_uri",
+]
+
+#: Either kind of Arrow column (annotation only: pyarrow's classes are not generic at runtime).
+AnyArray: TypeAlias = "pa.ChunkedArray[Any] | pa.Array[Any]"
+
+#: The schemes of S3 URIs. ``s3a`` is Hadoop's connector, whose URIs Spark writes into logs.
+S3_SCHEMES = ("s3", "s3a")
+
+#: Matches absolute paths: a bare ``/…`` path or a URI with a scheme (RFC 3986's scheme
+#: syntax). Written for both Python's ``re`` and Arrow's RE2 (``match_substring_regex``).
+ABSOLUTE_PATTERN = r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)"
+
+_ABSOLUTE = re.compile(ABSOLUTE_PATTERN)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
+#: Hosts of ``file:`` URIs that name this machine.
+_LOCAL_HOSTS = ("", "localhost")
+
+
+@dataclass(frozen=True, slots=True)
+class UriParts:
+    """A URI split as RFC 3986 does, except that ``?`` and ``#`` stay in the path: raw ones
+    appear in real file names, and log paths carry no queries or fragments."""
+
+    #: Lower-cased; ``""`` when there is none (a relative path or a bare ``/…`` path).
+    scheme: str
+    #: What follows ``//``; None when the URI has no ``//`` (``file:/x``), which differs
+    #: from an empty authority (``file:///x``).
+    authority: str | None
+    #: The rest, still percent-encoded: the whole string when there is no scheme.
+    path: str
+
+
+def split_uri(uri: str) -> UriParts:
+    """``uri`` as scheme, authority and path (see :class:`UriParts`).
+
+    A one-letter scheme is a scheme (``C:/x`` is not a local path here): Hadoop reads such
+    log paths the same way.
+    """
+    m = _SCHEME.match(uri)
+    if m is None:
+        return UriParts("", None, uri)
+    scheme, rest = m.group(1).lower(), m.group(2)
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        return UriParts(scheme, authority, slash + path)
+    return UriParts(scheme, None, rest)
+
+
+def is_absolute(path: str) -> bool:
+    """Whether a log path is absolute (a URI with a scheme, or ``/…``) rather than relative
+    to the table root."""
+    return _ABSOLUTE.match(path) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TableRoot:
+    """A table root, parsed (:meth:`parse`).
+
+    Roots come as a store's ``root_uri`` (a local path or ``s3://bucket/prefix``, both
+    already decoded) or as a ``file:`` URI (percent-encoded). A root with any other scheme
+    is taken as a plain local path, as it is written.
+    """
+
+    #: The root as given.
+    uri: str
+    #: ``"s3"`` (for ``s3://`` and ``s3a://`` roots) or ``"file"`` (all others).
+    scheme: Literal["file", "s3"]
+    #: The bucket of an S3 root; ``""`` for a local one (``file:`` roots name this machine:
+    #: ``open_store`` refuses other hosts).
+    authority: str
+    #: The decoded path of the root without a trailing ``/``: ``""`` for ``/`` or a bucket.
+    path: str
+
+    @classmethod
+    def parse(cls, uri: str) -> TableRoot:
+        return _parse_root(uri)
+
+    @property
+    def canonical_prefixes(self) -> tuple[str, ...]:
+        """The prefixes that :func:`canonical_path` strips: canonical URIs ending in ``/``."""
+        if self.scheme == "s3":
+            return tuple(f"{s}://{self.authority}{self.path}/" for s in S3_SCHEMES)
+        return (f"file:{self.path}/",)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_root(uri: str) -> TableRoot:
+    parts = split_uri(uri)
+    if parts.scheme in S3_SCHEMES:
+        prefix = parts.path.strip("/")
+        return TableRoot(uri, "s3", parts.authority or "", f"/{prefix}" if prefix else "")
+    # A ``file:`` root is a URI, percent-encoded; a plain path is taken as it is.
+    path = unquote(parts.path) if parts.scheme == "file" else uri
+    return TableRoot(uri, "file", "", path.rstrip("/"))
+
+
+# --- canonical form (reconciliation) ---------------------------------------------------------
+
+
+def canonical_path(table_root: str | TableRoot, path: str) -> str:
+    """The decoded, canonical form of a log path; relative when it lies under the table root.
+
+    ``file:/x``, ``file:///x`` and ``/x`` are the same file (``file:/x``), and absolute paths
+    under the root become relative to it, as Delta's reference implementation does, so that
+    an ``add`` with a relative path and a ``remove`` with the equivalent absolute one (as
+    Spark writes after qualifying paths) have the same canonical form. Other URIs keep their
+    scheme (lower-cased) and authority. Only percent-decoding is done: ``.``/``..`` segments
+    are kept as written.
+    """
+    root = table_root if isinstance(table_root, TableRoot) else TableRoot.parse(table_root)
+    return _canonical(path, root.canonical_prefixes)
+
+
+def _canonical(path: str, prefixes: tuple[str, ...]) -> str:
+    parts = split_uri(path)
+    if not parts.scheme and not path.startswith("/"):
+        return unquote(path)
+    if parts.scheme in ("", "file"):
+        # The authority of a file: URI is dropped: a remove written as file://host/x has
+        # always matched the add of /x here (see the module's tests).
+        canonical = "file:" + unquote(parts.path)
+    else:
+        canonical = f"{parts.scheme}://{parts.authority or ''}{unquote(parts.path)}"
+    for prefix in prefixes:
+        if canonical.startswith(prefix):
+            return canonical[len(prefix) :]
+    return canonical
+
+
+def canonical_paths(table_root: str | TableRoot, paths: AnyArray) -> AnyArray:
+    """:func:`canonical_path` of every path of a string column (nulls stay null).
+
+    Only the rows whose canonical form can differ from the path as written (absolute paths
+    and paths with a ``%``) go through Python; the others are kept as they are, uncopied.
+    The result has the column's type and chunking.
+    """
+    root = table_root if isinstance(table_root, TableRoot) else TableRoot.parse(table_root)
+    prefixes = root.canonical_prefixes
+    if isinstance(paths, pa.ChunkedArray):
+        chunks = [_canonical_chunk(c, prefixes) for c in paths.chunks]
+        return pa.chunked_array(chunks, type=paths.type)
+    return _canonical_chunk(paths, prefixes)
+
+
+def _canonical_chunk(paths: pa.Array[Any], prefixes: tuple[str, ...]) -> pa.Array[Any]:
+    # true_count counts no nulls: null paths are never special, and stay null.
+    special = pc.or_kleene(
+        pc.match_substring_regex(paths, ABSOLUTE_PATTERN), pc.match_substring(paths, "%")
+    )
+    if special.true_count == 0:
+        return paths
+    mask = cast("pa.Array[pa.BooleanScalar]", special.fill_null(False))
+    rows = cast(list[str], paths.filter(mask).to_pylist())
+    canonical = pa.array([_canonical(p, prefixes) for p in rows], type=paths.type)
+    return cast("pa.Array[Any]", pc.replace_with_mask(paths, mask, canonical))
+
+
+# --- resolution (reading) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPath:
+    """Where a log path is read from (:func:`resolve_path`)."""
+
+    #: The table root the path was resolved against, as given.
+    table_root: str
+    #: The root of the store to read through, spelled as that store's ``root_uri``: the table
+    #: root itself, or for a file elsewhere the root of its file system (``/``) or its
+    #: bucket (``s3://bucket``). None when no store of the table's kind can read it (another
+    #: scheme, or a ``file:`` URI naming another host).
+    store_root: str | None
+    #: The decoded key below ``store_root`` (``""`` when ``store_root`` is None).
+    key: str
+    #: Whether the file lies under the table root (:func:`is_under`).
+    under_root: bool
+
+    @property
+    def in_table_store(self) -> bool:
+        """Whether the table's own store reads it (``store_root`` is the table root)."""
+        return self.store_root == self.table_root
+
+
+def resolve_path(table_root: str, path: str) -> ResolvedPath:
+    """Where the log path ``path`` is read from, for a table rooted at ``table_root``.
+
+    Relative paths are decoded and read through the table's store. Absolute ones are read
+    through it too when they are spelled under its root: a local path lexically below it
+    (``.`` and empty segments dropped, ``..`` kept, as :class:`~pathlib.PurePosixPath`
+    does), an S3 key that starts with the root's prefix and ``/``. Other local paths are
+    read from ``/`` and other S3 keys from their bucket's root. Keys may hold ``..``
+    segments: a local store refuses them, S3 reads them as part of the key's name. This
+    decides where a file is read, not whether it may be: that is :attr:`ResolvedPath.under_root`.
+
+    Raises :class:`~deltastream.errors.InvalidArgumentError` for a path with a NUL byte or
+    an S3 URI without a bucket.
+    """
+    root = TableRoot.parse(table_root)
+    under = _under(root, path)  # first: it refuses NUL bytes
+    if not is_absolute(path):
+        return ResolvedPath(table_root, table_root, unquote(path), under)
+    parts = split_uri(path)
+    if root.scheme == "s3":
+        if parts.scheme not in S3_SCHEMES or parts.authority is None:
+            return ResolvedPath(table_root, None, "", False)
+        if not parts.authority:
+            if not parts.path:  # "s3://": nothing at all
+                return ResolvedPath(table_root, None, "", False)
+            raise InvalidArgumentError(f"{path}: an S3 URI needs a bucket: s3://bucket/key")
+        # The key as S3 stores it: decoded, with no segment normalised away.
+        key = unquote(parts.path[1:])
+        prefix = root.path[1:]
+        if parts.authority == root.authority and (not prefix or key.startswith(prefix + "/")):
+            relative = key[len(prefix) + 1 :] if prefix else key
+            return ResolvedPath(table_root, table_root, relative, under)
+        return ResolvedPath(table_root, f"s3://{parts.authority}", key, under)
+    local = _local_path(parts)
+    if local is None:
+        return ResolvedPath(table_root, None, "", False)
+    target = PurePosixPath(unquote(local))
+    try:
+        key = target.relative_to(root.path or "/").as_posix()
+        return ResolvedPath(table_root, table_root, key, under)
+    except ValueError:
+        return ResolvedPath(table_root, "/", target.as_posix().lstrip("/"), under)
+
+
+def _local_path(parts: UriParts) -> str | None:
+    """The (encoded) path of a bare path or ``file:`` URI on this machine; None for other
+    schemes and hosts."""
+    if not parts.scheme:
+        # A bare path that starts with "//" has an authority, as it would after "file:"
+        # (RFC 3986's network-path reference).
+        parts = split_uri("file:" + parts.path)
+    if parts.scheme != "file":
+        return None
+    if parts.authority is None:
+        return parts.path
+    if parts.authority not in _LOCAL_HOSTS:
+        return None
+    return "/" + parts.path[1:]  # "file://host" names the host's "/"
+
+
+# --- confinement ------------------------------------------------------------------------------
+
+
+def is_under(root_uri: str, uri: str) -> bool:
+    """Whether the log path ``uri`` names a file strictly below the table root ``root_uri``.
+
+    ``root_uri`` is a table root as :class:`TableRoot` takes it; ``uri`` a log path, relative
+    or absolute, percent-encoded. It lies under the root when it has the root's scheme
+    (``s3``/``s3a`` alike; a bare path or ``file:`` for a local root), its authority (the
+    bucket; no host or ``localhost`` for ``file:``) and, percent-decoded:
+
+    * it is spelled as the root's path, ``/`` and more (S3 reads a key as it is spelled:
+      ``s3://b/x/../t/y`` is the object ``x/../t/y``, outside ``s3://b/t``), and
+    * with ``.`` and ``..`` segments resolved, it is still below the root's path (a file
+      system resolves them: ``/t/../x`` is ``/x``).
+
+    A relative path is under the root when, decoded, it does not start with ``/`` and its
+    ``..`` segments do not lead out. The root itself is not under the root. Symbolic links
+    are not looked at: this is a rule about spellings.
+
+    Raises :class:`~deltastream.errors.InvalidArgumentError` when either holds a NUL byte.
+    """
+    return _under(TableRoot.parse(root_uri), uri)
+
+
+def _under(root: TableRoot, path: str) -> bool:
+    _refuse_nul(root.uri, root.uri + root.path)
+    _refuse_nul(path, unquote(path))
+    if not is_absolute(path):
+        decoded = unquote(path)
+        # A relative path whose decoded form starts with "/" ("%2Fetc%2Fx") is absolute to
+        # Delta's reference implementation (Hadoop's Path decodes, then sees "/etc/x").
+        return not decoded.startswith("/") and _below(root.path, root.path + "/" + decoded)
+    parts = split_uri(path)
+    if root.scheme == "s3":
+        if parts.scheme not in S3_SCHEMES or parts.authority != root.authority:
+            return False
+        encoded: str | None = parts.path
+    else:
+        encoded = _local_path(parts)
+    if encoded is None:
+        return False
+    decoded = unquote(encoded)
+    return decoded.startswith(root.path + "/") and _below(root.path, decoded)
+
+
+def _below(root: str, path: str) -> bool:
+    """Whether ``path``, its ``.``/``..`` segments resolved, is strictly below ``root``."""
+    base = _resolved_segments(root)
+    segments = _resolved_segments(path)
+    return len(segments) > len(base) and segments[: len(base)] == base
+
+
+def _resolved_segments(path: str) -> list[str]:
+    out: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if out:  # as at "/": ".." of the top is the top
+                out.pop()
+        elif segment not in ("", "."):
+            out.append(segment)
+    return out
+
+
+def _refuse_nul(name: str, decoded: str) -> None:
+    """Raise if ``decoded`` (``name`` or a part of it, percent-decoded) holds a NUL byte."""
+    # No file system or object store name can hold NUL (S3 keys cannot be listed with one,
+    # POSIX paths end at it): such a path is an error, never a silently truncated name.
+    if "\x00" in decoded:
+        raise InvalidArgumentError(f"{name!r}: a path with a NUL byte cannot name a file")
