@@ -4,8 +4,9 @@ A :class:`FileRead` says which file and which of its rows (a deletion vector's r
 excluded, or only a given set of rows included); a :class:`ReadSchema` says what to
 produce: the table's logical columns, resolved in the file by name, physical name or
 parquet field id depending on the column-mapping mode, cast to the table's types (parquet
-INT96 and millisecond timestamps become UTC microseconds, narrower numbers widen), with
-partition columns filled in from the log and columns missing from the file as nulls.
+INT96 and millisecond timestamps become UTC microseconds, narrower numbers widen, variant
+columns shredded or not become their binary encoding), with partition columns filled in
+from the log and columns missing from the file as nulls.
 
 The parquet decoding is synchronous (pyarrow) and runs in worker threads, several files at
 once; batches are handed back to the caller's event loop in file order through small
@@ -38,6 +39,7 @@ from deltastream.errors import (
 )
 from deltastream.read.deletion_vectors import kept_rows
 from deltastream.read.partition_values import partition_column
+from deltastream.read.variant import MalformedVariantError, read_variant_column
 from deltastream.schema.model import (
     PARQUET_FIELD_ID,
     ArrayType,
@@ -46,6 +48,7 @@ from deltastream.schema.model import (
     MapType,
     StructField,
     StructType,
+    is_variant,
     to_arrow_type,
 )
 from deltastream.storage.base import ObjectStore
@@ -146,9 +149,14 @@ def _child_index(
     return folded[0] if len(folded) == 1 else None
 
 
-def conform(arr: pa.Array[Any], target: DataType, mode: ColumnMappingMode) -> pa.Array[Any]:
+def conform(
+    arr: pa.Array[Any], target: DataType, mode: ColumnMappingMode, where: str = "variant"
+) -> pa.Array[Any]:
     """An array of a file's column as the table's logical type: nested fields found by
-    physical name or id and renamed, missing ones null, primitives cast."""
+    physical name or id and renamed, missing ones null, primitives cast, variants
+    reassembled (:mod:`deltastream.read.variant`; ``where`` names them in its errors)."""
+    if is_variant(target):
+        return read_variant_column(arr, where)
     target_type = to_arrow_type(target)
     if arr.type == target_type:
         return arr
@@ -167,14 +175,14 @@ def conform(arr: pa.Array[Any], target: DataType, mode: ColumnMappingMode) -> pa
             if idx is None:
                 children.append(_nulls(len(struct), f_type))
             else:
-                children.append(conform(struct.field(idx), f.type, mode))
+                children.append(conform(struct.field(idx), f.type, mode, f"{where}.{f.name}"))
         mask = struct.is_null() if struct.null_count else None
         return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
     if isinstance(target, ArrayType):
         if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
             raise _TypeMismatchError
         lst: Any = arr
-        values = conform(lst.values, target.element_type, mode)
+        values = conform(lst.values, target.element_type, mode, f"{where}[]")
         mask = lst.is_null() if lst.null_count else None
         cls: Any = pa.LargeListArray if pa.types.is_large_list(arr.type) else pa.ListArray
         rebuilt: pa.Array[Any] = cls.from_arrays(lst.offsets, values, mask=mask)
@@ -183,8 +191,8 @@ def conform(arr: pa.Array[Any], target: DataType, mode: ColumnMappingMode) -> pa
         if not pa.types.is_map(arr.type):
             raise _TypeMismatchError
         m: Any = arr
-        keys = conform(m.keys, target.key_type, mode)
-        items = conform(m.items, target.value_type, mode)
+        keys = conform(m.keys, target.key_type, mode, f"{where}.key")
+        items = conform(m.items, target.value_type, mode, f"{where}.value")
         mask = m.is_null() if m.null_count else None
         map_array: Any = pa.MapArray
         rebuilt_map: pa.Array[Any] = map_array.from_arrays(
@@ -349,12 +357,14 @@ class _FileReader:
                 assert file_name is not None
                 column = raw.column(raw.schema.get_field_index(file_name))
                 try:
-                    arrays.append(conform(column, f.type, schema.mode))
+                    arrays.append(conform(column, f.type, schema.mode, f.name))
                 except _TypeMismatchError:
                     raise self.error(
                         f"column {f.name!r} is stored as {column.type}, which cannot be read "
                         f"as the table's type {f.type}"
                     ) from None
+                except MalformedVariantError as e:
+                    raise self.error(f"column {f.name!r}: malformed variant: {e}") from None
         for name, t in schema.file_columns:
             column = raw.column(raw.schema.get_field_index(name))
             try:

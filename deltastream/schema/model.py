@@ -9,7 +9,9 @@ field's *physical* name (``name`` mode) or parquet field id (``id`` mode).
 Arrow types: ``byte``/``short``/``integer``/``long`` are int8/16/32/64, ``float``/``double``
 float32/64, ``decimal(p,s)`` decimal128, ``date`` date32, ``timestamp`` UTC microseconds,
 ``timestamp_ntz`` microseconds without zone, ``string`` utf8, ``binary`` binary. ``void``
-columns have no data and are dropped, as the protocol recommends.
+columns have no data and are dropped, as the protocol recommends. ``variant`` (the
+``variantType`` feature) is :data:`VARIANT_ARROW_TYPE`, the struct of its two binary
+encodings; :mod:`deltastream.read.variant` produces it from shredded and unshredded files.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from deltastream.errors import (
 from deltastream.log.actions import Metadata, Protocol
 
 __all__ = [
+    "VARIANT_ARROW_TYPE",
     "ArrayType",
     "ColumnMappingMode",
     "DataType",
@@ -41,6 +44,7 @@ __all__ = [
     "StructField",
     "StructType",
     "column_mapping_mode",
+    "is_variant",
     "parse_schema",
     "table_schema",
     "to_arrow_type",
@@ -64,6 +68,18 @@ _PRIMITIVES: dict[str, pa.DataType] = {
     "timestamp": pa.timestamp("us", tz="UTC"),
     "timestamp_ntz": pa.timestamp("us"),
 }
+#: A ``variant`` value in Arrow: its Variant binary encoding (the Parquet "VariantEncoding"
+#: spec), ``metadata`` (the field-name dictionary) and ``value``, both always present for a
+#: non-null variant (a variant holding JSON null is ``value = 00``, not an Arrow null).
+#: pyarrow 26 has no variant extension type (the canonical ``arrow.parquet.variant`` is not
+#: implemented in it), so this is a plain struct: the extension's storage type, and what
+#: delta-rs produces. The table schema, not the Arrow type, says which structs are variants.
+VARIANT_ARROW_TYPE = pa.struct(
+    [
+        pa.field("metadata", pa.binary(), nullable=False),
+        pa.field("value", pa.binary(), nullable=False),
+    ]
+)
 _DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(-?\d+)\s*\)")
 
 
@@ -194,12 +210,19 @@ def _is_void(t: DataType) -> bool:
     return isinstance(t, PrimitiveType) and t.name == "void"
 
 
+def is_variant(t: DataType) -> bool:
+    """Whether ``t`` is the ``variant`` type."""
+    return isinstance(t, PrimitiveType) and t.name == "variant"
+
+
 def to_arrow_type(t: DataType) -> pa.DataType:
     if isinstance(t, PrimitiveType):
         if t.name in _PRIMITIVES:
             return _PRIMITIVES[t.name]
         if t.name == "void":
             return pa.null()
+        if t.name == "variant":
+            return VARIANT_ARROW_TYPE
         raise UnsupportedFeatureError(
             "schema", f"type {t.name}", "deltastream cannot read this type"
         )

@@ -33,7 +33,8 @@ KNOWN_READER_FEATURES: dict[str, str] = {
     "typeWidening-preview": "preview of typeWidening",
     "variantType": "the semi-structured variant type",
     "variantType-preview": "preview of variantType",
-    "variantShredding-preview": "variant columns stored shredded into typed sub-columns",
+    "variantShredding": "variant columns stored shredded into typed sub-columns",
+    "variantShredding-preview": "preview of variantShredding",
     "catalogManaged": "commits are ratified by a catalog; the file listing is not authoritative",
     "catalogOwned-preview": "preview of catalogManaged",
     "geospatial": "geometry and geography types",
@@ -51,6 +52,14 @@ SUPPORTED_READER_FEATURES = frozenset(
         # type, which is what type widening asks of readers.
         "typeWidening",
         "typeWidening-preview",
+        # The variant type: the data reader returns a variant column as its binary encoding
+        # (metadata, value), reassembling shredded files (deltastream.read.variant). A table
+        # may list the feature without having a variant column (delta-rs adds it to every
+        # table it creates with deletion vectors); it then reads like any other.
+        "variantType",
+        "variantType-preview",
+        "variantShredding",
+        "variantShredding-preview",
     }
 )
 

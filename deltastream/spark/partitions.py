@@ -15,6 +15,12 @@ logical schema, column mapping). Everything in it pickles; no store, client or e
 crosses to the executors: :func:`read_group` opens its own store. A deletion vector of
 a snapshot file travels as its descriptor and is loaded on the executor, in parallel with
 the other files' reads.
+
+Variant columns reach Spark as ``VariantType``: pyspark (4.2+) takes an Arrow
+``struct<value: binary, metadata: binary>`` whose ``metadata`` field carries the field
+metadata ``variant: true`` as a variant, in a data source's batches as everywhere else.
+:func:`spark_arrow_schema` is the rows' schema in that layout (deltastream's own variant
+struct is ``metadata`` first, unmarked) and :func:`read_group` casts batches to it.
 """
 
 from __future__ import annotations
@@ -33,9 +39,35 @@ from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.read.batch_stream import BatchStream, to_record_batch_reader
 from deltastream.read.deletion_vectors import load_deletion_vector
 from deltastream.read.reader import FileRead, ReadSchema, read_file_batches
+from deltastream.schema.model import (
+    ArrayType,
+    DataType,
+    MapType,
+    StructType,
+    is_variant,
+    to_arrow_type,
+)
 from deltastream.storage import open_store
 
-__all__ = ["FileGroup", "FilePartition", "add_partitions", "pack", "read_group"]
+__all__ = [
+    "SPARK_VARIANT_TYPE",
+    "FileGroup",
+    "FilePartition",
+    "add_partitions",
+    "pack",
+    "read_group",
+    "spark_arrow_schema",
+]
+
+#: How pyspark's Arrow conversion spells ``VariantType`` (``pyspark.sql.pandas.types``:
+#: ``to_arrow_type`` writes it, ``is_variant`` recognises it by the ``metadata`` field's
+#: ``variant: true`` and a ``value`` field).
+SPARK_VARIANT_TYPE = pa.struct(
+    [
+        pa.field("value", pa.binary(), nullable=False),
+        pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"}),
+    ]
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +172,55 @@ def pack(
     return groups
 
 
+def _spark_type(t: DataType) -> pa.DataType:
+    """The Arrow type Spark reads ``t`` from: deltastream's, with every variant (at any
+    depth) in Spark's layout."""
+    if is_variant(t):
+        return SPARK_VARIANT_TYPE
+    if isinstance(t, StructType):
+        return pa.struct(
+            [
+                pa.field(f.name, _spark_type(f.type), nullable=f.nullable)
+                for f in t.fields
+                if not pa.types.is_null(to_arrow_type(f.type))
+            ]
+        )
+    if isinstance(t, ArrayType):
+        return pa.list_(pa.field("element", _spark_type(t.element_type), nullable=t.contains_null))
+    if isinstance(t, MapType):
+        map_type: Any = pa.map_  # the stubs do not accept Field arguments
+        result: pa.DataType = map_type(
+            pa.field("key", _spark_type(t.key_type), nullable=False),
+            pa.field("value", _spark_type(t.value_type), nullable=t.value_contains_null),
+        )
+        return result
+    return to_arrow_type(t)
+
+
+def _has_variant(t: DataType) -> bool:
+    if is_variant(t):
+        return True
+    if isinstance(t, StructType):
+        return any(_has_variant(f.type) for f in t.fields)
+    if isinstance(t, ArrayType):
+        return _has_variant(t.element_type)
+    if isinstance(t, MapType):
+        return _has_variant(t.key_type) or _has_variant(t.value_type)
+    return False
+
+
+def spark_arrow_schema(schema: ReadSchema) -> pa.Schema:
+    """The Arrow schema of the rows Spark gets for ``schema``: its output schema, with
+    variant columns (at any depth) as :data:`SPARK_VARIANT_TYPE`."""
+    out = schema.output_schema
+    for name in schema.columns:
+        f = schema.table_schema.get(name)
+        if f is not None and _has_variant(f.type):
+            index = out.get_field_index(name)
+            out = out.set(index, out.field(index).with_type(_spark_type(f.type)))
+    return out
+
+
 def read_group(group: FileGroup) -> Iterator[pa.RecordBatch]:
     """The record batches of a group's files, one file after the other (the next file is
     opened and decoded while the consumer takes the current one's batches)."""
@@ -164,9 +245,14 @@ def read_group(group: FileGroup) -> Iterator[pa.RecordBatch]:
             reads = read_file_batches(store, tasks(), concurrency=2, on_missing=skip_missing)
             async with contextlib.aclosing(reads):
                 async for _, batch in reads:
-                    yield batch
+                    # Variants: the struct's fields reordered by name and marked (a cast of
+                    # the two child arrays, no copy of the data).
+                    yield batch if relayout is None else batch.cast(relayout)
 
-        return BatchStream(first.schema.output_schema, batches(), on_close=store.aclose)
+        return BatchStream(output_schema, batches(), on_close=store.aclose)
+
+    output_schema = spark_arrow_schema(first.schema)
+    relayout = None if output_schema == first.schema.output_schema else output_schema
 
     def skip_missing(task: FileRead, error: DataFileNotFoundError) -> bool:
         if first.missing_ok:

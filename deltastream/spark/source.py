@@ -29,7 +29,13 @@ from deltastream.read.scan import snapshot_read_schema, table_read_schema
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.spark.options import SourceOptions
-from deltastream.spark.partitions import FileGroup, FilePartition, add_partitions, read_group
+from deltastream.spark.partitions import (
+    FileGroup,
+    FilePartition,
+    add_partitions,
+    read_group,
+    spark_arrow_schema,
+)
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
 
@@ -40,7 +46,9 @@ _FILES_PER_CHUNK = 4096
 
 
 def spark_schema(schema: pa.Schema) -> StructType:
-    """The Spark schema of Arrow ``schema`` (``timestamp_ntz`` stays without a zone)."""
+    """The Spark schema of Arrow ``schema`` (``timestamp_ntz`` stays without a zone; a
+    variant in Spark's layout, :func:`~deltastream.spark.partitions.spark_arrow_schema`,
+    is ``VariantType``)."""
     result: StructType = from_arrow_schema(schema, prefer_timestamp_ntz=True)
     return result
 
@@ -57,7 +65,7 @@ class DeltaStreamDataSource(DataSource):
         return "deltastream"
 
     def schema(self) -> StructType:
-        return spark_schema(anyio.run(_arrow_schema, self.source))
+        return spark_schema(spark_arrow_schema(anyio.run(_read_schema, self.source)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(self.source)
@@ -68,10 +76,10 @@ class DeltaStreamDataSource(DataSource):
         return StreamReader(self.source)
 
 
-async def _arrow_schema(source: SourceOptions) -> pa.Schema:
-    """The rows' schema: the table's at the version read (with the change data feed: at the
-    range's end, or the latest; the range itself is checked when planning). Only protocol
-    and metadata are replayed: the live files are not needed for it."""
+async def _read_schema(source: SourceOptions) -> ReadSchema:
+    """How the rows are read: the table's schema at the version read (with the change data
+    feed: at the range's end, or the latest; the range itself is checked when planning).
+    Only protocol and metadata are replayed: the live files are not needed for it."""
     if source.read_change_feed:
         version, timestamp_ms = source.ending_version, source.ending_timestamp_ms
     else:
@@ -82,8 +90,8 @@ async def _arrow_schema(source: SourceOptions) -> pa.Schema:
         state, _ = await load_table_state(store, version)
         assert state.protocol is not None and state.metadata is not None
         if source.read_change_feed:
-            return ChangeSchemas.build(state.protocol, state.metadata).output_schema
-        return table_read_schema(state.protocol, state.metadata).output_schema
+            return ChangeSchemas.build(state.protocol, state.metadata).inferred
+        return table_read_schema(state.protocol, state.metadata)
 
 
 async def _load(store: ObjectStore, source: SourceOptions) -> Snapshot:

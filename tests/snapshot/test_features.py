@@ -158,3 +158,33 @@ def test_writer_only_feature_listed_as_reader_feature_is_refused() -> None:
 def test_feature_names_are_case_sensitive() -> None:
     err = refused(proto(3, ["DeletionVectors"]))
     assert err.feature == "DeletionVectors"
+
+
+# --- the variant type ---------------------------------------------------------------------
+
+#: The reader features of Delta's "Variant Data Type" and "Variant Shredding" protocol RFCs
+#: (accepted), with the preview names Spark's Delta writes.
+VARIANT_FEATURES = [
+    "variantType",
+    "variantType-preview",
+    "variantShredding",
+    "variantShredding-preview",
+]
+
+
+@pytest.mark.parametrize("feature", VARIANT_FEATURES)
+def test_variant_features_are_supported(feature: str) -> None:
+    assert feature in SUPPORTED_READER_FEATURES
+    assert feature in KNOWN_READER_FEATURES
+    check_readable(URI, proto(3, [feature]))
+
+
+def test_variant_features_together_with_others() -> None:
+    # As the corpora's Spark and delta-rs tables list them.
+    check_readable(URI, proto(3, ["deletionVectors", "variantShredding-preview", "variantType"]))
+    check_readable(URI, proto(3, ["columnMapping", "deletionVectors", "variantType"]))
+
+
+def test_variant_feature_names_are_exact() -> None:
+    err = refused(proto(3, ["VariantType"]))
+    assert err.feature == "VariantType"

@@ -292,10 +292,34 @@ def test_protocol_upgrade_to_unsupported_feature_fails_only_from_that_version(
 ) -> None:
     w = lb.LogWriter(tmp_path)
     w.commit(0, P, M, lb.add("part=a/x.parquet"))
-    w.commit(1, lb.protocol(3, 7, ["variantType"], ["variantType"]))
+    w.commit(1, lb.protocol(3, 7, ["geospatial"], ["geospatial"]))
     assert load(tmp_path, 0).num_files == 1
-    with pytest.raises(ds.UnsupportedFeatureError, match="variantType"):
+    with pytest.raises(ds.UnsupportedFeatureError, match="geospatial"):
         load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "features",
+    [
+        ["variantType"],
+        ["variantType-preview"],
+        ["variantType", "variantShredding"],
+        ["variantType", "variantShredding-preview"],
+        ["deletionVectors", "variantType"],  # what delta-rs 1.6 writes with deletion vectors
+    ],
+    ids=",".join,
+)
+def test_protocol_upgrade_to_variant_features_still_loads(
+    tmp_path: Path, features: list[str]
+) -> None:
+    # The variant features are implemented: a table listing them (with or without a
+    # variant column) loads like any other.
+    w = lb.LogWriter(tmp_path)
+    w.commit(0, P, M, lb.add("part=a/x.parquet"))
+    w.commit(1, lb.protocol(3, 7, features, features))
+    snap = load(tmp_path)
+    assert snap.num_files == 1
+    assert list(snap.protocol.reader_features or ()) == features
 
 
 def test_time_travel_by_version(tmp_path: Path) -> None:

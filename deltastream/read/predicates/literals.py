@@ -118,6 +118,10 @@ def convert_literal(tokens: list[Token], dtype: DataType) -> Any:
     if not isinstance(dtype, PrimitiveType):
         raise ValueError("only IS NULL and IS NOT NULL apply to nested columns")
     name = dtype.name
+    if name == "variant":
+        # Variant values have no order and no literal syntax (the protocol: "Variant is not
+        # a comparable data type"); their statistics are not comparable either.
+        raise ValueError("variant values cannot be compared: only IS NULL and IS NOT NULL apply")
     if name == "string":
         if not is_string:
             raise ValueError("expected a quoted string")

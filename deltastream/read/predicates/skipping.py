@@ -25,7 +25,9 @@ trusted to say, per "Per-file Statistics" of the protocol:
 * floating-point columns may hold ``NaN``, which writers leave out of the bounds: a
   comparison on them is never proven TRUE for all rows, and ``<>`` never proven FALSE;
 * ``binary``, ``boolean`` bounds are used as written (``binary`` ones are ignored), nested
-  columns have no usable statistics.
+  columns have no usable statistics; a ``variant`` column's bounds (encoded per-path
+  variants) are never read, only its ``nullCount`` (``IS [NOT] NULL`` is all a predicate
+  may ask of a variant).
 """
 
 from __future__ import annotations

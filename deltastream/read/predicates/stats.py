@@ -267,6 +267,9 @@ def _json_type(dtype: DataType) -> pa.DataType | None:
         return pa.bool_()
     if dtype.name in ("string", "date", "timestamp", "timestamp_ntz"):
         return pa.string()
+    # binary, and variant: a variant's minValues/maxValues are z85-encoded variants of
+    # per-path bounds (Variant Shredding), never comparable with a literal; only its
+    # nullCount (of the column itself) is used.
     return None
 
 
