@@ -2,7 +2,8 @@
 
 JSON values: timestamps and dates in ISO-8601 (UTC timestamps with ``+00:00``), decimals as
 strings (exact), binary as base64, maps as objects (keys as strings), NaN/Infinity as the
-strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (JSON has no such numbers).
+strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (JSON has no such numbers), variants (at any
+depth) as the JSON value they hold (:func:`~deltastream.read.variant.variant_to_json`).
 A parquet output is written to a temporary file beside the target and renamed into place
 only when complete, so a failed run never leaves a partial file under the target name.
 """
@@ -21,6 +22,9 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from deltastream.read.variant import variant_to_json
+from deltastream.schema.model import is_variant_arrow
 
 __all__ = ["batch_to_json_lines", "json_value", "write_json_lines", "write_parquet"]
 
@@ -51,8 +55,39 @@ def json_value(value: Any) -> Any:
 
 
 def batch_to_json_lines(batch: pa.RecordBatch) -> Iterator[str]:
+    variants = [(f.name, f.type) for f in batch.schema if _has_variant(f.type)]
     for row in batch.to_pylist(maps_as_pydicts="lossy"):
+        for name, t in variants:
+            row[name] = _decode_variants(row[name], t)
         yield json.dumps({k: json_value(v) for k, v in row.items()}, ensure_ascii=False)
+
+
+def _has_variant(t: pa.DataType) -> bool:
+    if is_variant_arrow(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_variant(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_variant(t.value_type)
+    if pa.types.is_map(t):
+        return _has_variant(t.item_type)
+    return False
+
+
+def _decode_variants(value: Any, t: pa.DataType) -> Any:
+    """``value`` (as ``to_pylist`` gives it) with each variant in it as the JSON value it
+    holds (variants are told apart by the marker on their Arrow type)."""
+    if value is None:
+        return None
+    if is_variant_arrow(t):
+        return json.loads(variant_to_json(value["metadata"], value["value"]))
+    if pa.types.is_struct(t):
+        return {f.name: _decode_variants(value[f.name], f.type) for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [_decode_variants(v, t.value_type) for v in value]
+    if pa.types.is_map(t):
+        return {k: _decode_variants(v, t.item_type) for k, v in value.items()}
+    return value
 
 
 def write_json_lines(batches: Iterable[pa.RecordBatch], out: TextIO) -> int:

@@ -45,6 +45,7 @@ __all__ = [
     "StructType",
     "column_mapping_mode",
     "is_variant",
+    "is_variant_arrow",
     "parse_schema",
     "table_schema",
     "to_arrow_type",
@@ -73,10 +74,12 @@ _PRIMITIVES: dict[str, pa.DataType] = {
 #: non-null variant (a variant holding JSON null is ``value = 00``, not an Arrow null).
 #: pyarrow 26 has no variant extension type (the canonical ``arrow.parquet.variant`` is not
 #: implemented in it), so this is a plain struct: the extension's storage type, and what
-#: delta-rs produces. The table schema, not the Arrow type, says which structs are variants.
+#: delta-rs produces. The ``metadata`` field is marked ``variant: true`` (the marker pyspark
+#: puts on it too), so that a struct of the same shape that is not a variant is told apart:
+#: :func:`is_variant_arrow`.
 VARIANT_ARROW_TYPE = pa.struct(
     [
-        pa.field("metadata", pa.binary(), nullable=False),
+        pa.field("metadata", pa.binary(), nullable=False, metadata={"variant": "true"}),
         pa.field("value", pa.binary(), nullable=False),
     ]
 )
@@ -213,6 +216,14 @@ def _is_void(t: DataType) -> bool:
 def is_variant(t: DataType) -> bool:
     """Whether ``t`` is the ``variant`` type."""
     return isinstance(t, PrimitiveType) and t.name == "variant"
+
+
+def is_variant_arrow(t: pa.DataType) -> bool:
+    """Whether an Arrow type is a variant as deltastream produces it (marker included)."""
+    if t != VARIANT_ARROW_TYPE:
+        return False
+    marker = t.field("metadata").metadata or {}
+    return marker.get(b"variant") == b"true"
 
 
 def to_arrow_type(t: DataType) -> pa.DataType:
