@@ -125,6 +125,7 @@ def to_json(variant: dict[str, bytes] | None) -> str | None:
 def json_rows(table: pa.Table, *, sort_maps: bool = False) -> list[dict[str, Any]]:
     """Rows with every variant (found by the Arrow type, at any depth) decoded to JSON by
     pyspark's decoder; maps as lists of pairs (sorted with ``sort_maps``)."""
+
     def convert(value: Any, t: pa.DataType) -> Any:
         if value is None:
             return None

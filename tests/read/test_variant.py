@@ -1242,7 +1242,9 @@ def test_column_wise_containers_equal_the_row_by_row_encoding(
 ) -> None:
     """The vectorised builder gives the bytes of the plain one, sizes and all (large
     counts, 2- and 3-byte ids and offsets included)."""
-    from deltastream.read.variant import _containers, _encode_array, _encode_object
+    from deltastream.read.variant.columns import containers as _containers
+    from deltastream.read.variant.encoding import encode_array as _encode_array
+    from deltastream.read.variant.encoding import encode_object as _encode_object
 
     counts = np.array([len(r) for r in rows], dtype=np.int64)
     elements = pa.array([v for r in rows for _, v in r], pa.binary())
