@@ -29,6 +29,7 @@ from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, ServiceConfig, single_stream
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.stream_config import (
+    OPTIONS,
     add_cli_options,
     cli_options,
     parse_key_values,
@@ -42,6 +43,7 @@ from deltastream.read.api import read_rows
 from deltastream.runtime import use_fast_allocator
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table
+from deltastream.storage.paths import CONFINED, ExternalPaths
 
 __all__ = ["main"]
 
@@ -64,6 +66,24 @@ def _add_table_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="S3 setting (endpoint_url, region, access_key_id, …); may repeat",
     )
+
+
+def _add_external_paths_arg(p: argparse.ArgumentParser) -> None:
+    # The same flag, help and meaning as tail's option of that name (defined once there).
+    option = OPTIONS["allow_external_paths"]
+    p.add_argument(
+        option.flag,
+        dest="allow_external_paths",
+        nargs="*",
+        default=None,
+        metavar=option.metavar,
+        help=option.help,
+    )
+
+
+def _external_paths(args: argparse.Namespace) -> ExternalPaths:
+    roots = args.allow_external_paths
+    return CONFINED if roots is None else ExternalPaths.of(list(roots) or True)
 
 
 def _add_output_arg(p: argparse.ArgumentParser) -> None:
@@ -129,6 +149,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="row filter, e.g. \"country = 'NL' AND amount >= 10\" (=, <>, <, <=, "
         ">, >=, IN, IS [NOT] NULL, AND, OR, NOT)",
     )
+    _add_external_paths_arg(read)
     _add_output_arg(read)
 
     changes = sub.add_parser("changes", help="read the change data feed of a range of versions")
@@ -151,6 +172,7 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="an empty result instead of an error when the range lies outside the table",
     )
+    _add_external_paths_arg(changes)
     _add_output_arg(changes)
 
     tail = sub.add_parser(
@@ -296,6 +318,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 columns=_columns(args.columns),
                 where=args.where,
                 storage_options=_storage_options(args.storage_option),
+                allow_external_paths=_external_paths(args),
             )
             _write(reader, args.output, out)
         elif args.command == "changes":
@@ -309,6 +332,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 infer_without_cdf=args.infer_without_cdf,
                 allow_empty_range=args.allow_empty_range,
                 storage_options=_storage_options(args.storage_option),
+                allow_external_paths=_external_paths(args),
             )
             _write(reader, args.output, out)
         elif args.command == "reset":

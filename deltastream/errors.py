@@ -21,7 +21,8 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
     │   │   └── CorruptVersionChecksumError
     │   ├── MissingVersionsError      commits the segment needs are absent
     │   ├── IncompleteCheckpointError a multi-part checkpoint lacks parts and nothing else covers it
-    │   └── InvalidTableStateError    e.g. no protocol or no metadata after replay
+    │   ├── InvalidTableStateError    e.g. no protocol or no metadata after replay
+    │   └── UnsafePathError           the log names a file outside the table root
     ├── UnsupportedFeatureError       the table needs a reader feature deltastream lacks
     ├── VersionNotFoundError          time travel to a version the log cannot reconstruct
     ├── TimestampOutOfRangeError      time travel to a timestamp outside the table's history
@@ -73,6 +74,7 @@ __all__ = [
     "StorageError",
     "TableNotFoundError",
     "TimestampOutOfRangeError",
+    "UnsafePathError",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
     "is_transient",
@@ -196,6 +198,29 @@ class IncompleteCheckpointError(LogError):
 
 class InvalidTableStateError(LogError):
     """Replaying the log did not produce a valid table state (e.g. no protocol or metadata)."""
+
+
+#: How a user lets a table's log name files outside the table root, for messages.
+ALLOW_EXTERNAL_PATHS = (
+    "--allow-external-paths [ROOT ...] (allow_external_paths in Python and in the TOML, "
+    "the Spark option allowExternalPaths)"
+)
+
+
+class UnsafePathError(LogError):
+    """The log names a data, change-data or deletion-vector file outside the table root,
+    which deltastream does not read unless asked to. ``source`` is the log file (or the
+    table), ``version`` the version whose action names ``path``."""
+
+    def __init__(self, source: str, version: int | None, path: str, root: str) -> None:
+        where = f"{source}: version {version}" if version is not None else source
+        super().__init__(
+            f"{where}: {path!r} is outside the table ({root}); deltastream reads only files "
+            f"under the table root unless allowed with {ALLOW_EXTERNAL_PATHS}"
+        )
+        self.source = source
+        self.version = version
+        self.path = path
 
 
 class UnsupportedFeatureError(DeltaStreamError):

@@ -21,6 +21,7 @@ from deltastream.changes.cdf import open_changes
 from deltastream.read.api import sync_reader
 from deltastream.read.batch_stream import BatchStream
 from deltastream.snapshot.table import Table, TimestampLike, to_epoch_ms
+from deltastream.storage.paths import ExternalPathsLike
 
 __all__ = ["read_changes", "table_changes"]
 
@@ -62,8 +63,10 @@ def read_changes(
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
     storage_options: Mapping[str, str] | None = None,
+    allow_external_paths: ExternalPathsLike = False,
 ) -> pa.RecordBatchReader:
-    """Synchronous :func:`table_changes` for scripts: a streaming ``RecordBatchReader``."""
+    """Synchronous :func:`table_changes` for scripts: a streaming ``RecordBatchReader``.
+    ``allow_external_paths``: see :func:`~deltastream.open_table`."""
     return sync_reader(
         uri,
         storage_options,
@@ -77,4 +80,5 @@ def read_changes(
             infer_without_cdf=infer_without_cdf,
             allow_empty_range=allow_empty_range,
         ),
+        allow_external_paths,
     )

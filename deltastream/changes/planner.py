@@ -25,6 +25,7 @@ from pyroaring import BitMap64
 from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.table_properties import change_data_feed_in_force
+from deltastream.read.confinement import refuse_outside_actions
 from deltastream.read.deletion_vectors import load_deletion_vector
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.read.scan import data_columns
@@ -138,6 +139,7 @@ class ChangePlanner:
         self, version: int, actions: LogActions, timestamp_ms: int, schemas: ChangeSchemas
     ) -> list[tuple[FileRead, ReadSchema]]:
         timestamp_us = timestamp_ms * 1000
+        refuse_outside_actions(self.store, actions, version)
         if len(actions.cdc):
             rows = cast(list[dict[str, Any]], actions.cdc.to_pylist(maps_as_pydicts="strict"))
             return [

@@ -30,6 +30,7 @@ from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
 from deltastream.errors import InvalidArgumentError
 from deltastream.snapshot.timestamps import parse_timestamp
+from deltastream.storage.paths import CONFINED, ExternalPaths
 
 __all__ = [
     "OPTIONS",
@@ -132,6 +133,8 @@ class CliForm(enum.Enum):
     PAIRS = "pairs"
     #: ``--flag A,B,C``: a list (empty: the default).
     LIST = "list"
+    #: ``--flag [ROOT ...]``: alone, ``True``; with values, those (a list).
+    ROOTS = "roots"
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,17 @@ def _texts(value: object) -> object:
 
 def _tuple(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
+
+
+def _external_paths(value: object) -> object:
+    """``true``/``false`` or a list of roots (TOML, Python; the command line gives ``True``
+    for the flag alone) as :class:`ExternalPaths`; anything else is left for the type check
+    to refuse."""
+    if isinstance(value, bool | ExternalPaths) or (
+        isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+    ):
+        return ExternalPaths.of(value)
+    return value
 
 
 Text = Annotated[str, Must("must be a string")]
@@ -323,6 +337,19 @@ class TailConfig:
             CliForm.SWITCH,
         ),
     ] = False
+    #: Files outside the table root its log may make the stream read (default: none).
+    allow_external_paths: Annotated[
+        ExternalPaths,
+        BeforeValidator(_external_paths),
+        Must("must be true, false or a list of absolute paths or URIs"),
+        Option(
+            "--allow-external-paths",
+            "read files the log names outside the table root: any (the flag alone) or "
+            "those under the ROOTs given",
+            CliForm.ROOTS,
+            metavar="ROOT",
+        ),
+    ] = CONFINED
     max_rows_per_delivery: Annotated[
         Count, Option("--max-rows-per-delivery", "rows per delivery at most")
     ] = 100_000
@@ -381,6 +408,7 @@ class TailOptions(TypedDict, total=False):
     on_missing_versions: OnMissingVersions | str
     on_missing_file: OnMissingFile | str
     infer_without_cdf: bool
+    allow_external_paths: bool | Sequence[str]
     max_rows_per_delivery: int
     checkpoint_every_versions: int
     checkpoint_every_seconds: float
@@ -494,6 +522,8 @@ def add_cli_options(parser: argparse.ArgumentParser) -> None:
         else:
             settings["action"] = "append" if option.form is CliForm.PAIRS else "store"
             settings.update(choices=option.choices, metavar=option.metavar)
+            if option.form is CliForm.ROOTS:
+                settings["nargs"] = "*"
         if option.name != "start":
             parser.add_argument(option.flag, **settings)
             continue
@@ -526,6 +556,8 @@ def cli_options(args: argparse.Namespace) -> dict[str, object]:
             values[option.name] = _convert(spec, items or None, option.flag)
         elif option.form is CliForm.SWITCH:
             values[option.name] = _convert(spec, raw, option.flag)
+        elif option.form is CliForm.ROOTS:
+            values[option.name] = _convert(spec, list(raw) or True, option.flag)
         else:
             values[option.name] = _convert(spec, raw, option.flag, text=True)
     timestamp = getattr(args, "start_timestamp", None)

@@ -157,7 +157,9 @@ class Tailer:
         cfg = self.config
         state_options = cfg.resolved_state_options
         async with (
-            open_store(cfg.uri, cfg.storage_options) as store,
+            open_store(
+                cfg.uri, cfg.storage_options, external_paths=cfg.allow_external_paths
+            ) as store,
             open_store(cfg.state, state_options) as state_store,
         ):
             # Every retry of the stores and the sink is counted in the stream's metrics and

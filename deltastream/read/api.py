@@ -20,6 +20,7 @@ import pyarrow as pa
 from deltastream.read.batch_stream import BatchStream, to_record_batch_reader
 from deltastream.read.scan import scan_snapshot
 from deltastream.snapshot.table import Table, TimestampLike
+from deltastream.storage.paths import ExternalPathsLike
 
 __all__ = ["read_rows", "sync_reader", "table_rows"]
 
@@ -42,12 +43,13 @@ def sync_reader(
     uri: str,
     storage_options: Mapping[str, str] | None,
     open_stream: Callable[[Table], Awaitable[BatchStream]],
+    allow_external_paths: ExternalPathsLike = False,
 ) -> pa.RecordBatchReader:
     """A streaming ``RecordBatchReader`` over what ``open_stream`` opens on the table at
     ``uri``; the table (its clients) is closed with the stream, or if opening fails."""
 
     async def opened() -> BatchStream:
-        table = Table(uri, storage_options)
+        table = Table(uri, storage_options, allow_external_paths=allow_external_paths)
         try:
             stream = await open_stream(table)
         except BaseException:
@@ -66,12 +68,15 @@ def read_rows(
     columns: Sequence[str] | None = None,
     where: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    allow_external_paths: ExternalPathsLike = False,
 ) -> pa.RecordBatchReader:
-    """Synchronous :func:`table_rows` for scripts: a streaming ``RecordBatchReader``."""
+    """Synchronous :func:`table_rows` for scripts: a streaming ``RecordBatchReader``.
+    ``allow_external_paths``: see :func:`~deltastream.open_table`."""
     return sync_reader(
         uri,
         storage_options,
         lambda table: table_rows(
             table, version=version, timestamp=timestamp, columns=columns, where=where
         ),
+        allow_external_paths,
     )

@@ -29,22 +29,19 @@ and they read as missing here, as in delta-kernel-rs.
 
 from __future__ import annotations
 
-import posixpath
 import struct
 import uuid
 import zlib
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 from pyroaring import BitMap64
 
-from deltastream.errors import DeletionVectorError, ObjectNotFoundError
+from deltastream.errors import DeletionVectorError, ObjectNotFoundError, UnsafePathError
 from deltastream.log.actions import DeletionVectorDescriptor
-from deltastream.storage.local import LocalStore
-from deltastream.storage.paths import S3_SCHEMES, split_uri
+from deltastream.storage.paths import is_absolute
 
 if TYPE_CHECKING:
     from deltastream.storage.base import ObjectStore
@@ -377,34 +374,6 @@ def parse_dv_file_slice(data: bytes, descriptor: DeletionVectorDescriptor, sourc
     return parse_bitmap(bitmap, source)
 
 
-def _absolute_key(store: ObjectStore, location: str) -> str | None:
-    """The store key of an absolute (``p``) DV location, or None if it is outside the root.
-
-    The location is URI-encoded like ``add.path``: a ``file:`` URI or plain absolute path for
-    local tables, ``s3://bucket/key`` for S3 (:func:`~deltastream.storage.paths.split_uri`).
-    Unlike data files, a DV is only read from inside the table, at its normalised key.
-    """
-    parts = split_uri(location)
-    scheme, authority, path = parts.scheme, parts.authority or "", parts.path
-    if isinstance(store, LocalStore):
-        if scheme not in ("", "file") or authority not in ("", "localhost"):
-            return None
-        local = posixpath.normpath(unquote(path))
-        root = posixpath.normpath(store.root.as_posix())
-        if not local.startswith("/") or not local.startswith(root.rstrip("/") + "/"):
-            return None
-        return local[len(root.rstrip("/")) + 1 :]
-    if not scheme:
-        return None
-    if scheme in S3_SCHEMES:
-        scheme = "s3"
-    canonical = f"{scheme}://{authority}{posixpath.normpath(unquote(path) or '/')}"
-    root_uri = store.root_uri.rstrip("/") + "/"
-    if not canonical.startswith(root_uri):
-        return None
-    return canonical[len(root_uri) :]
-
-
 def _valid_key(key: str) -> bool:
     return bool(key) and not key.startswith("/") and ".." not in key.split("/")
 
@@ -427,22 +396,37 @@ async def load_deletion_vector(
     if kind == "i":
         source = owner
         bitmap = _load_inline(descriptor, source)
-    elif kind in ("u", "p"):
-        if kind == "u":
-            try:
-                key: str | None = relative_dv_path(descriptor.path_or_inline_dv)
-            except ValueError as e:
-                raise DeletionVectorError(owner, f"invalid deletion vector: {e}") from None
-        else:
-            key = _absolute_key(store, descriptor.path_or_inline_dv)
-        if key is None or not _valid_key(key):
-            raise DeletionVectorError(
-                descriptor.path_or_inline_dv,
-                f"deletion vector of {owner} is stored outside the table root "
-                f"{store.root_uri}; only DV files inside the table can be read",
-            )
+    elif kind == "u":
+        try:
+            key = relative_dv_path(descriptor.path_or_inline_dv)
+        except ValueError as e:
+            raise DeletionVectorError(owner, f"invalid deletion vector: {e}") from None
+        if not _valid_key(key):
+            # A prefix of ".." (both Z85 characters) leads out of the table.
+            raise UnsafePathError(f"the deletion vector of {owner}", None, key, store.root_uri)
         source = store.uri_for(key)
         bitmap = await _load_from_file(store, key, descriptor, source, owner)
+    elif kind == "p":
+        # Where the table's external-paths setting allows a DV outside the root, it is read
+        # from there; otherwise it is refused (UnsafePathError), naming the data file.
+        location = descriptor.path_or_inline_dv
+        if not is_absolute(location):
+            raise DeletionVectorError(
+                location,
+                f"deletion vector of {owner} is stored by path (p), which must be absolute",
+            )
+        try:
+            dv_store, key = store.resolve(location)
+        except UnsafePathError:
+            raise UnsafePathError(
+                f"the deletion vector of {owner}", None, location, store.root_uri
+            ) from None
+        if not _valid_key(key):
+            raise DeletionVectorError(
+                descriptor.path_or_inline_dv, f"invalid deletion vector path of {owner}"
+            )
+        source = dv_store.uri_for(key)
+        bitmap = await _load_from_file(dv_store, key, descriptor, source, owner)
     else:
         raise DeletionVectorError(
             owner, f"unknown deletion vector storageType {kind!r} (expected u, i or p)"

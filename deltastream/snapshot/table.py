@@ -26,6 +26,7 @@ from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.timestamps import TimestampSearch, parse_timestamp
 from deltastream.storage import open_store
 from deltastream.storage.base import AsyncClosable, ObjectStore
+from deltastream.storage.paths import ExternalPathsLike
 
 __all__ = ["Table", "TimestampLike", "open_table", "read_snapshot", "to_epoch_ms"]
 
@@ -55,9 +56,14 @@ class Table(AsyncClosable):
         storage_options: Mapping[str, str] | None = None,
         *,
         store: ObjectStore | None = None,
+        allow_external_paths: ExternalPathsLike = False,
     ) -> None:
         self.uri = uri
-        self.store = store if store is not None else open_store(uri, storage_options)
+        self.store = (
+            store
+            if store is not None
+            else open_store(uri, storage_options, external_paths=allow_external_paths)
+        )
 
     async def snapshot(
         self,
@@ -93,9 +99,16 @@ class Table(AsyncClosable):
         await self.store.aclose()
 
 
-def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> Table:
-    """Open a table handle; use it with ``async with`` so its clients are closed."""
-    return Table(uri, storage_options)
+def open_table(
+    uri: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    allow_external_paths: ExternalPathsLike = False,
+) -> Table:
+    """Open a table handle; use it with ``async with`` so its clients are closed.
+    ``allow_external_paths`` lets the table's log make deltastream read files outside the
+    table root: any (``True``) or those under the roots given (see README, Security)."""
+    return Table(uri, storage_options, allow_external_paths=allow_external_paths)
 
 
 def read_snapshot(

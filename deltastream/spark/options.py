@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from deltastream.errors import InvalidArgumentError
 from deltastream.snapshot.timestamps import parse_timestamp
 from deltastream.spark.partitions import FileGroup, FilePartition, pack
+from deltastream.storage.paths import CONFINED, ExternalPaths
 from deltastream.storage.s3 import STORAGE_OPTION_NAMES
 
 __all__ = ["DEFAULT_MAX_FILES", "SourceOptions"]
@@ -27,6 +28,7 @@ DEFAULT_MAX_FILES = 1000
 _STORAGE_PREFIX = "storage."
 _KNOWN = {
     "path",
+    "allowexternalpaths",
     "readchangefeed",
     "startingversion",
     "startingtimestamp",
@@ -89,6 +91,13 @@ def _bytes(name: str, value: str | None) -> int | None:
     return int(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
 
 
+def _external_paths(value: str | None) -> ExternalPaths:
+    try:
+        return ExternalPaths.of(value)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"option allowExternalPaths: {e}") from e
+
+
 def _timestamp(name: str, value: str | None) -> int | None:
     if value is None:
         return None
@@ -124,6 +133,8 @@ class SourceOptions:
     open_cost_in_bytes: int = 4 << 20
     #: Tasks to spread a read over at least (default: this machine's CPU count).
     min_partitions: int | None = None
+    #: Files outside the table root the log may make the source read (``allowExternalPaths``).
+    external_paths: ExternalPaths = CONFINED
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -194,6 +205,7 @@ class SourceOptions:
             or 128 << 20,
             open_cost_in_bytes=_bytes("openCostInBytes", lowered.get("opencostinbytes")) or 4 << 20,
             min_partitions=_positive("minPartitions", lowered.get("minpartitions")),
+            external_paths=_external_paths(lowered.get("allowexternalpaths")),
         )
 
     def pack(self, files: Sequence[FilePartition]) -> list[FileGroup]:

@@ -48,6 +48,7 @@ from deltastream.schema.model import (
     to_arrow_type,
 )
 from deltastream.storage import open_store
+from deltastream.storage.paths import CONFINED, ExternalPaths
 
 __all__ = [
     "SPARK_VARIANT_TYPE",
@@ -84,6 +85,8 @@ class FilePartition(InputPartition):
     deletion_vector: DeletionVectorDescriptor | None = None
     #: A data file that is gone gives no rows instead of failing (``failOnDataLoss=false``).
     missing_ok: bool = False
+    #: Files outside the table root the executor may read (``allowExternalPaths``).
+    external_paths: ExternalPaths = CONFINED
 
     @property
     def size(self) -> int:
@@ -113,6 +116,7 @@ def add_partitions(
     constants: tuple[Any, ...] = (),
     missing_ok: bool = False,
     exclude: Callable[[str], bool] = lambda path: False,
+    external_paths: ExternalPaths = CONFINED,
 ) -> Iterator[FilePartition]:
     """One partition per ``add`` action (dicts with ``path``, ``partitionValues``, ``size``
     and ``deletionVector``), but those whose path ``exclude`` rejects."""
@@ -128,7 +132,9 @@ def add_partitions(
         )
         dv = add.get("deletionVector")
         descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None
-        yield FilePartition(uri, read, schema, dict(storage_options), descriptor, missing_ok)
+        yield FilePartition(
+            uri, read, schema, dict(storage_options), descriptor, missing_ok, external_paths
+        )
 
 
 @dataclass(frozen=True)
@@ -229,7 +235,7 @@ def read_group(group: FileGroup) -> Iterator[pa.RecordBatch]:
     first = group.files[0]
 
     async def open_stream() -> BatchStream:
-        store = open_store(first.uri, first.storage_options)
+        store = open_store(first.uri, first.storage_options, external_paths=first.external_paths)
 
         async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
             for partition in group.files:

@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 from deltastream.changes.cdf import ChangePlan, plan_changes
 from deltastream.changes.planner import ChangeSchemas
 from deltastream.errors import InvalidArgumentError
+from deltastream.read.confinement import refuse_outside
 from deltastream.read.reader import ReadSchema
 from deltastream.read.scan import snapshot_read_schema, table_read_schema
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
@@ -84,7 +85,9 @@ async def _read_schema(source: SourceOptions) -> ReadSchema:
         version, timestamp_ms = source.ending_version, source.ending_timestamp_ms
     else:
         version, timestamp_ms = source.version_as_of, source.timestamp_as_of_ms
-    async with open_store(source.path, source.storage_options) as store:
+    async with open_store(
+        source.path, source.storage_options, external_paths=source.external_paths
+    ) as store:
         if version is None and timestamp_ms is not None:
             version = await resolve_version_at(store, timestamp_ms)
         state, _ = await load_table_state(store, version)
@@ -120,7 +123,9 @@ async def _plan_changes(store: ObjectStore, source: SourceOptions) -> ChangePlan
 
 
 async def _partitions(source: SourceOptions) -> list[FilePartition]:
-    async with open_store(source.path, source.storage_options) as store:
+    async with open_store(
+        source.path, source.storage_options, external_paths=source.external_paths
+    ) as store:
         uri = store.root_uri
         options = dict(source.storage_options)
         partitions: list[FilePartition] = []
@@ -128,10 +133,22 @@ async def _partitions(source: SourceOptions) -> list[FilePartition]:
             plan = await _plan_changes(store, source)
             async for task, schema in plan.tasks:
                 if not source.excluded(task.path):
-                    partitions.append(FilePartition(uri, task, schema, options))
+                    partitions.append(
+                        FilePartition(
+                            uri, task, schema, options, external_paths=source.external_paths
+                        )
+                    )
             return partitions
         snapshot = await _load(store, source)
         schema = snapshot_read_schema(snapshot)
+        files = snapshot.files
+        refuse_outside(
+            store,
+            f"{uri}/_delta_log (the snapshot)",
+            snapshot.version,
+            [files.column("path")],
+            [files.column("deletionVector")],
+        )
         return list(_snapshot_partitions(uri, options, snapshot, schema, source))
 
 
@@ -151,6 +168,7 @@ def _snapshot_partitions(
             schema=schema,
             version=snapshot.version,
             exclude=source.excluded,
+            external_paths=source.external_paths,
         )
 
 

@@ -54,6 +54,7 @@ from deltastream.errors import (
 from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
+from deltastream.read.confinement import refuse_outside, refuse_outside_actions
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.read.scan import table_read_schema
 from deltastream.schema.evolution import schema_problem
@@ -164,7 +165,9 @@ class _Session:
         self._thread.start()
         ready.wait()
         self.portal = portals[0]
-        self.store = open_store(source.path, source.storage_options)
+        self.store = open_store(
+            source.path, source.storage_options, external_paths=source.external_paths
+        )
 
     def close(self) -> None:
         try:
@@ -398,6 +401,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._snapshot is not None and self._snapshot[0] == version:
             return self._snapshot[1], self._snapshot[2]
         snapshot = await load_snapshot(store, version)
+        refuse_outside(
+            store,
+            f"{self._plan.uri}/_delta_log (the snapshot)",
+            version,
+            [snapshot.files.column("path")],
+            [snapshot.files.column("deletionVector")],
+        )
         constants: tuple[Any, ...] = ()
         if self._plan.changes is not None:
             constants = ("insert", version, (snapshot.timestamp_ms or 0) * 1000)
@@ -418,6 +428,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             constants=constants,
             missing_ok=not self.source.fail_on_data_loss,
             exclude=self.source.excluded,
+            external_paths=self.source.external_paths,
         )
 
     def _partition(self, read: FileRead, schema: ReadSchema) -> FilePartition:
@@ -427,6 +438,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             schema,
             dict(self.source.storage_options),
             missing_ok=not self.source.fail_on_data_loss,
+            external_paths=self.source.external_paths,
         )
 
     async def _version_files(
@@ -455,6 +467,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             if actions.protocol is not None:
                 check_readable(plan.uri, actions.protocol)
+            refuse_outside_actions(store, actions, version)
             files = self._added_files(version, actions)
         if len(self._versions) >= _CACHED_VERSIONS:
             del self._versions[min(self._versions)]

@@ -14,13 +14,14 @@ from urllib.parse import unquote, urlsplit
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.base import ChangeFeed, ObjectMeta, ObjectStore, StoreStats
 from deltastream.storage.local import LocalStore
-from deltastream.storage.paths import S3_SCHEMES
+from deltastream.storage.paths import S3_SCHEMES, ExternalPaths, ExternalPathsLike
 
 if TYPE_CHECKING:
     from deltastream.storage.s3 import S3Options, S3Store
 
 __all__ = [
     "ChangeFeed",
+    "ExternalPaths",
     "LocalStore",
     "ObjectMeta",
     "ObjectStore",
@@ -41,13 +42,26 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
+def open_store(
+    uri: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    external_paths: ExternalPathsLike = None,
+) -> ObjectStore:
     """Open a store rooted at ``uri``.
 
     Local paths may be relative; ``file:`` URIs are percent-decoded. ``storage_options`` only
     apply to S3 (endpoint, region, credentials, retry settings); passing them for a local
     path is an error, so that a typo cannot silently read a different location.
+    ``external_paths`` says which files outside ``uri`` a table's log there may make the
+    store read (:meth:`ExternalPaths.of`; default none).
     """
+    store = _open(uri, storage_options)
+    store.external_paths = ExternalPaths.of(external_paths)
+    return store
+
+
+def _open(uri: str, storage_options: Mapping[str, str] | None) -> ObjectStore:
     if not uri:
         raise InvalidArgumentError("empty table URI")
     parts = urlsplit(uri)

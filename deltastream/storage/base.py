@@ -20,8 +20,8 @@ from typing import Self, TypeVar, cast
 import anyio
 import pyarrow as pa
 
-from deltastream.errors import InvalidArgumentError, StorageError
-from deltastream.storage.paths import resolve_path
+from deltastream.errors import DataFileError, InvalidArgumentError, StorageError, UnsafePathError
+from deltastream.storage.paths import CONFINED, ExternalPaths, resolve_path
 from deltastream.storage.retry import RetryListener
 
 __all__ = [
@@ -158,6 +158,8 @@ class ObjectStore(AsyncClosable, ABC):
     #: Told of every request the store retries (before it waits); ``None``: stores that
     #: retry log each retry at WARNING themselves. Stores that never retry ignore it.
     retry_listener: RetryListener | None = None
+    #: Which files outside the root the table's log may make this store read.
+    external_paths: ExternalPaths = CONFINED
 
     def __init__(self) -> None:
         self.stats = StoreStats()
@@ -236,20 +238,25 @@ class ObjectStore(AsyncClosable, ABC):
 
         Relative paths are percent-encoded and relative to this store's root. Absolute paths
         (a URI or an absolute local path) are canonicalised: under this root they are read
-        through this store; elsewhere through a store for that location, opened on demand
-        and closed with this one. :func:`~deltastream.storage.paths.resolve_path` holds the
-        rules.
+        through this store; elsewhere, where :attr:`external_paths` allows it, through a
+        store for that location, opened on demand and closed with this one.
+        :func:`~deltastream.storage.paths.resolve_path` holds the rules.
 
-        Raises :class:`~deltastream.errors.StorageError` (naming the path) when no store
-        this one can open reads it, :class:`~deltastream.errors.InvalidArgumentError` for a
-        path with a NUL byte.
+        Raises :class:`~deltastream.errors.UnsafePathError` for a path outside the root that
+        :attr:`external_paths` does not allow, :class:`~deltastream.errors.DataFileError`
+        (naming the path) for an allowed one that no store this one can open reads,
+        :class:`~deltastream.errors.InvalidArgumentError` for a path with a NUL byte.
         """
         target = resolve_path(self.root_uri, path)
+        if not target.under_root and not self.external_paths.permits(self.root_uri, path):
+            raise UnsafePathError(self.root_uri, None, path, self.root_uri)
         if target.in_table_store:
             return self, target.key
         store = None if target.store_root is None else self._store_at(target.store_root)
         if store is None:
-            raise StorageError(path, f"cannot read a file outside {self.root_uri} from this store")
+            raise DataFileError(
+                path, f"a table in {self.root_uri} cannot read files from that location"
+            )
         return store, target.key
 
     def _store_at(self, root_uri: str) -> ObjectStore | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal, TypeAlias, cast
@@ -35,6 +36,8 @@ from deltastream.errors import InvalidArgumentError
 __all__ = [
     "ABSOLUTE_PATTERN",
     "S3_SCHEMES",
+    "ExternalPaths",
+    "ExternalPathsLike",
     "ResolvedPath",
     "TableRoot",
     "UriParts",
@@ -356,3 +359,92 @@ def _refuse_nul(name: str, decoded: str) -> None:
     # POSIX paths end at it): such a path is an error, never a silently truncated name.
     if "\x00" in decoded:
         raise InvalidArgumentError(f"{name!r}: a path with a NUL byte cannot name a file")
+
+
+# --- what a table's log may name outside its root ---------------------------------------------
+
+#: Log paths that may name a file outside the table root (for :meth:`ExternalPaths.refused`).
+_MAY_LEAD_OUT = ABSOLUTE_PATTERN + r"|(^|/)\.\.(/|$)|%2[EeFf]"
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalPaths:
+    """Which files outside the table root a table's log may make deltastream read (data,
+    change-data and deletion-vector files). By default none: a table's log is someone
+    else's input, and the credentials reading it often reach further than the table.
+
+    ``allow_all`` lets any path through (shallow clones, tables whose files were written
+    under absolute paths elsewhere); ``roots`` only absolute paths under one of them.
+    """
+
+    allow_all: bool = False
+    roots: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, value: bool | str | Sequence[str] | ExternalPaths | None) -> ExternalPaths:
+        """From an option's value: ``True`` or ``"true"`` (any path), ``False``, ``"false"``
+        or ``None`` (none), a root or a comma-separated string of roots, or a sequence of
+        roots."""
+        if isinstance(value, ExternalPaths):
+            return value
+        if value is None or value is False:
+            return cls()
+        if value is True:
+            return cls(allow_all=True)
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", ""):
+            return cls(allow_all=value.strip().lower() == "true")
+        items = value.split(",") if isinstance(value, str) else list(value)
+        roots = tuple(r.strip().rstrip("/") for r in items if r.strip())
+        for root in roots:
+            if not isinstance(root, str) or not is_absolute(root):
+                raise InvalidArgumentError(
+                    f"allowed external root {root!r}: give an absolute path or a URI"
+                )
+            _refuse_nul(root, unquote(root))
+        if not roots:
+            raise InvalidArgumentError("allowed external roots: none given")
+        return cls(roots=roots)
+
+    @property
+    def confined(self) -> bool:
+        return not self.allow_all and not self.roots
+
+    def permits(self, table_root: str, path: str) -> bool:
+        """Whether the log path ``path`` of the table at ``table_root`` may be read: under
+        the table root, or allowed by this policy (a relative path leading out of the table
+        only with ``allow_all``)."""
+        if _under(TableRoot.parse(table_root), path) or self.allow_all:
+            return True
+        return is_absolute(path) and any(is_under(root, path) for root in self.roots)
+
+    def refused(self, table_root: str, paths: AnyArray) -> str | None:
+        """The first of ``paths`` (an Arrow array of log paths; nulls ignored) this policy
+        does not let the table at ``table_root`` read, or None. Only paths that could lead
+        out (absolute, with a ``..`` segment, or with an encoded ``.`` or ``/``) are looked
+        at one by one: a checkpoint of a million relative paths costs one regex pass."""
+        if self.allow_all or not len(paths):
+            return None
+        compute: Any = pc  # its stubs reject a regex match on a chunked array
+        mask = compute.fill_null(compute.match_substring_regex(paths, _MAY_LEAD_OUT), False)
+        if not compute.any(mask).as_py():
+            return None
+        seen: set[str] = set()
+        for path in cast("list[str | None]", compute.filter(paths, mask).to_pylist()):
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            if not self.permits(table_root, path):
+                return path
+        return None
+
+    def describe(self) -> str:
+        if self.allow_all:
+            return "any path"
+        return ", ".join(self.roots) if self.roots else "none"
+
+
+#: The default: a table's log may make deltastream read no file outside the table root.
+CONFINED = ExternalPaths()
+
+#: What an ``allow_external_paths`` option takes (:meth:`ExternalPaths.of`).
+ExternalPathsLike: TypeAlias = "ExternalPaths | bool | str | Sequence[str] | None"

@@ -32,7 +32,7 @@ from conftest import CORPORA, S3Bucket
 from deltalake import DeltaTable, QueryBuilder
 from pyroaring import BitMap, BitMap64
 
-from deltastream.errors import DeletionVectorError
+from deltastream.errors import DeletionVectorError, UnsafePathError
 from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.read.deletion_vectors import (
     MAGIC_NATIVE,
@@ -48,6 +48,7 @@ from deltastream.read.deletion_vectors import (
     relative_dv_path,
 )
 from deltastream.storage import LocalStore, open_store
+from deltastream.storage.paths import ExternalPaths
 
 SPEC_ROWS = {3, 4, 7, 11, 18, 29}
 #: PROTOCOL.md, JSON Example 3 (the RoaringBitmapArray layout, magic written big endian).
@@ -700,7 +701,6 @@ async def test_truncated_inline_dv(tmp_path: Path) -> None:
         "file://otherhost{root}/dv.bin",
         "file:{root}/../outside/dv.bin",
         "file:{root}",
-        "relative/dv.bin",
     ],
 )
 async def test_absolute_path_outside_the_table(tmp_path: Path, location: str) -> None:
@@ -708,10 +708,36 @@ async def test_absolute_path_outside_the_table(tmp_path: Path, location: str) ->
     table.mkdir()
     location = location.format(root=quote(str(table)))
     desc = DeletionVectorDescriptor("p", location, 34, 1, offset=1)
-    with pytest.raises(DeletionVectorError) as err:
+    with pytest.raises(UnsafePathError) as err:
         await load_deletion_vector(LocalStore(table), desc, data_file="part-0.parquet")
     assert err.value.path == location
     assert "outside the table" in str(err.value) and "part-0.parquet" in str(err.value)
+    assert "--allow-external-paths" in str(err.value)
+
+
+@pytest.mark.anyio
+async def test_a_path_stored_dv_must_be_absolute(tmp_path: Path) -> None:
+    desc = DeletionVectorDescriptor("p", "relative/dv.bin", 34, 1, offset=1)
+    with pytest.raises(DeletionVectorError, match="must be absolute"):
+        await load_deletion_vector(LocalStore(tmp_path), desc, data_file="part-0.parquet")
+
+
+@pytest.mark.anyio
+async def test_an_allowed_dv_outside_the_table_is_read(tmp_path: Path) -> None:
+    [desc] = write_dv_file(tmp_path / "elsewhere", [portable([1, 5])])
+    table = tmp_path / "table"
+    table.mkdir()
+    location = (
+        f"file:{quote(str(tmp_path / 'elsewhere' / relative_dv_path(desc.path_or_inline_dv)))}"
+    )
+    outside = DeletionVectorDescriptor(
+        "p", location, desc.size_in_bytes, desc.cardinality, offset=desc.offset
+    )
+    store = LocalStore(table)
+    with pytest.raises(UnsafePathError):
+        await load_deletion_vector(store, outside, data_file="part-0.parquet")
+    store.external_paths = ExternalPaths.of([str(tmp_path / "elsewhere")])
+    assert list(await load_deletion_vector(store, outside, data_file="part-0.parquet")) == [1, 5]
 
 
 @pytest.mark.anyio
@@ -722,7 +748,7 @@ async def test_relative_path_escaping_the_table(tmp_path: Path) -> None:
     [desc] = write_dv_file(tmp_path, [portable([1])])
     escaping = dataclasses.replace(desc, path_or_inline_dv=".." + desc.path_or_inline_dv)
     assert relative_dv_path(escaping.path_or_inline_dv).startswith("../deletion_vector_")
-    with pytest.raises(DeletionVectorError, match="outside the table"):
+    with pytest.raises(UnsafePathError, match="outside the table"):
         await load_deletion_vector(LocalStore(table), escaping, data_file="part-0.parquet")
 
 
@@ -741,7 +767,7 @@ async def test_dvs_on_s3(s3_bucket: S3Bucket) -> None:
             absolute = dataclasses.replace(desc, storage_type="p", path_or_inline_dv=location)
             assert await load_deletion_vector(store, absolute) == bitmap
         outside = f"s3://{s3_bucket.name}/tables/other/{DV_SMALL_DV_FILE}"
-        with pytest.raises(DeletionVectorError, match="outside the table"):
+        with pytest.raises(UnsafePathError, match="outside the table"):
             await load_deletion_vector(
                 store, dataclasses.replace(desc, storage_type="p", path_or_inline_dv=outside)
             )

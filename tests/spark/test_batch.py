@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from conftest import CORPORA
 from deltalake import DeltaTable, write_deltalake
+from hostile_tables import hostile_table
 
 import deltastream as ds
 from deltastream.read.reader import FileRead
@@ -156,9 +157,27 @@ def test_exclude_regex_drops_files(spark: Any, tmp_path: Path) -> None:
     assert 0 < some.count() < everything
 
 
+def test_files_outside_the_table_need_allow_external_paths(spark: Any, tmp_path: Path) -> None:
+    table, outside = hostile_table(tmp_path)
+    with pytest.raises(Exception, match="outside the table"):
+        spark.read.format("deltastream").load(table).collect()
+    for value in ("true", str(outside.parent)):
+        rows = spark.read.format("deltastream").option("allowExternalPaths", value).load(table)
+        assert sorted(r.id for r in rows.collect()) == [0, 1, 2, 100, 101]
+    changes = (
+        spark.read.format("deltastream")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", "0")
+        .option("allowExternalPaths", "true")
+        .load(table)
+    )
+    assert sorted(r.id for r in changes.collect()) == [0, 1, 2, 100, 101]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
+        ({"path": "/t", "allowExternalPaths": "maybe"}, "allowExternalPaths"),
         ({"path": "/t", "startingVersoin": "1"}, "unknown option 'startingVersoin'"),
         ({"path": "/t", "readChangeFeed": "maybe"}, "readChangeFeed must be true or false"),
         ({"path": "/t", "maxFilesPerTrigger": "0"}, "maxFilesPerTrigger must be"),

@@ -16,8 +16,16 @@ import anyio
 import pytest
 from storage_contract import Harness, StoreContract, collect
 
-from deltastream.errors import InvalidArgumentError, ObjectNotFoundError, StorageError
+from deltastream.errors import (
+    DataFileError,
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    StorageError,
+    UnsafePathError,
+    is_transient,
+)
 from deltastream.storage import ChangeFeed, LocalStore, S3Store, open_store
+from deltastream.storage.paths import ExternalPaths
 
 
 def write(root: Path, key: str, data: bytes) -> None:
@@ -135,6 +143,7 @@ async def test_resolve_reads_files_elsewhere_through_one_file_system_store(
 ) -> None:
     write(tmp_path, "elsewhere/x y.parquet", b"outside")
     store = LocalStore(tmp_path / "table")
+    store.external_paths = ExternalPaths(allow_all=True)
     other, key = store.resolve(f"file:{quote(str(tmp_path))}/elsewhere/x%20y.parquet")
     assert isinstance(other, LocalStore) and other is not store
     assert other.root_uri == "/" and key == f"{tmp_path}/elsewhere/x y.parquet".lstrip("/")
@@ -146,6 +155,7 @@ async def test_resolve_reads_files_elsewhere_through_one_file_system_store(
 @pytest.mark.anyio
 async def test_resolved_keys_escaping_the_root_are_still_refused(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "table")
+    store.external_paths = ExternalPaths(allow_all=True)
     for path in ("%2e%2e/x", f"file:{tmp_path}/table/../x"):
         target, key = store.resolve(path)
         assert (target, key) == (store, "../x")
@@ -156,9 +166,33 @@ async def test_resolved_keys_escaping_the_root_are_still_refused(tmp_path: Path)
 @pytest.mark.parametrize("path", ["s3://bucket/t/x", "file://server/t/x", "//server/t/x", "C:/x"])
 def test_resolve_refuses_paths_no_local_store_can_read(tmp_path: Path, path: str) -> None:
     store = LocalStore(tmp_path)
-    with pytest.raises(StorageError, match="cannot read a file outside") as info:
+    # Outside the root: refused unless allowed; allowed, still unreadable from here, and a
+    # permanent error (retrying cannot help).
+    with pytest.raises(UnsafePathError, match="outside the table"):
         store.resolve(path)
-    assert info.value.uri == path
+    store.external_paths = ExternalPaths(allow_all=True)
+    with pytest.raises(DataFileError, match="cannot read files from that location") as info:
+        store.resolve(path)
+    assert info.value.path == path and not is_transient(info.value)
+
+
+@pytest.mark.parametrize(
+    "path", ["/elsewhere/x.parquet", "file:///elsewhere/x", "../x", "%2e%2e/x", "a/../../x"]
+)
+def test_resolve_refuses_paths_outside_the_root_by_default(tmp_path: Path, path: str) -> None:
+    with pytest.raises(UnsafePathError, match="--allow-external-paths") as info:
+        LocalStore(tmp_path / "t").resolve(path)
+    assert info.value.path == path
+
+
+def test_resolve_allows_paths_under_allowed_roots_only(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "t")
+    store.external_paths = ExternalPaths.of([f"{tmp_path}/src"])
+    other, key = store.resolve(f"{tmp_path}/src/x.parquet")
+    assert other.root_uri == "/" and key.endswith("src/x.parquet")
+    for path in (f"{tmp_path}/srcx/y", f"{tmp_path}/other/y", "../src/x.parquet"):
+        with pytest.raises(UnsafePathError):
+            store.resolve(path)
 
 
 @pytest.mark.parametrize("path", ["a%00b.parquet", "/x/a%00b", "file:/x\x00"])

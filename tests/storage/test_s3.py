@@ -29,12 +29,15 @@ from faultproxy import FaultProxy
 from storage_contract import Harness, StoreContract, byte_order, collect
 
 from deltastream.errors import (
+    DataFileError,
     InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
     StorageError,
+    UnsafePathError,
 )
 from deltastream.storage import ChangeFeed, S3Options, S3Store, StoreStats, open_store
+from deltastream.storage.paths import ExternalPaths
 from deltastream.storage.retry import RetryEvent
 
 PREFIX = "tables/t1"
@@ -439,6 +442,7 @@ def test_resolve_reads_objects_under_the_prefix_through_the_store() -> None:
 def test_resolve_reads_other_objects_through_one_store_per_bucket() -> None:
     store = S3Store("bucket", "t", S3Options(region="eu-central-1"))
     store.retry_listener = lambda event: None
+    store.external_paths = ExternalPaths(allow_all=True)
     same, key = store.resolve("s3://bucket/t2/x")
     assert isinstance(same, S3Store) and same is not store
     assert (same.bucket, same.prefix, key) == ("bucket", "", "t2/x")
@@ -451,14 +455,35 @@ def test_resolve_reads_other_objects_through_one_store_per_bucket() -> None:
 
 @pytest.mark.parametrize("path", ["/t/x", "file:///t/x", "s3n://bucket/t/x", "s3:/bucket/t/x"])
 def test_resolve_refuses_paths_no_s3_store_can_read(path: str) -> None:
-    with pytest.raises(StorageError, match="cannot read a file outside s3://bucket/t") as info:
+    store = S3Store("bucket", "t")
+    with pytest.raises(UnsafePathError, match="outside the table"):
+        store.resolve(path)
+    store.external_paths = ExternalPaths(allow_all=True)
+    with pytest.raises(DataFileError, match="cannot read files from that location") as info:
+        store.resolve(path)
+    assert info.value.path == path
+
+
+@pytest.mark.parametrize("path", ["s3://other/t/x", "s3://bucket/t2/x", "s3://bucket/x", "../x"])
+def test_resolve_refuses_other_buckets_and_prefixes_by_default(path: str) -> None:
+    with pytest.raises(UnsafePathError, match="s3://bucket/t"):
         S3Store("bucket", "t").resolve(path)
-    assert info.value.uri == path
+
+
+def test_resolve_allows_only_the_roots_given() -> None:
+    store = S3Store("bucket", "t")
+    store.external_paths = ExternalPaths.of("s3://shared/src")
+    other, key = store.resolve("s3://shared/src/x.parquet")
+    assert isinstance(other, S3Store) and (other.bucket, key) == ("shared", "src/x.parquet")
+    with pytest.raises(UnsafePathError):
+        store.resolve("s3://shared/other/x.parquet")
 
 
 def test_resolve_needs_a_bucket() -> None:
+    store = S3Store("bucket", "t")
+    store.external_paths = ExternalPaths(allow_all=True)
     with pytest.raises(InvalidArgumentError, match="needs a bucket"):
-        S3Store("bucket", "t").resolve("s3:///t/x")
+        store.resolve("s3:///t/x")
 
 
 # -------------------------------------------------------------------- retries over HTTP
