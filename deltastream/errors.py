@@ -164,32 +164,52 @@ class CorruptVersionChecksumError(CorruptFileError):
     """A ``.crc`` version checksum file cannot be parsed."""
 
 
-def _format_versions(versions: Iterable[int]) -> str:
-    """Render sorted versions compactly: ``3, 5-9, 12``."""
-    out: list[str] = []
-    run: list[int] = []
-    for v in sorted(set(versions)):
-        if run and v == run[-1] + 1:
-            run.append(v)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [v]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ", ".join(out)
+def _version_ranges(versions: Iterable[int] | Iterable[range]) -> tuple[range, ...]:
+    """Versions, or ranges of them, as sorted disjoint ranges (merged where they touch)."""
+    spans = sorted(
+        (v.start, v.stop) if isinstance(v, range) else (v, v + 1)
+        for v in versions
+        if not isinstance(v, range) or v.start < v.stop
+    )
+    out: list[list[int]] = []
+    for lo, hi in spans:
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple(range(lo, hi) for lo, hi in out)
+
+
+def _format_versions(ranges: Iterable[range]) -> str:
+    """Render sorted disjoint ranges compactly: ``3, 5-9, 12``; at most ten runs, then how
+    many more (a gap of a billion versions is one run, not a billion numbers)."""
+    runs = [str(r.start) if r.stop - r.start == 1 else f"{r.start}-{r.stop - 1}" for r in ranges]
+    shown = ", ".join(runs[:10])
+    return shown if len(runs) <= 10 else f"{shown} and {len(runs) - 10} more run(s)"
 
 
 class MissingVersionsError(LogError):
-    """Commits needed to reconstruct a version are absent from the log."""
+    """Commits needed to reconstruct a version are absent from the log. ``ranges`` holds the
+    missing versions as ranges (bounded, however large the gap); ``missing`` lists them one
+    by one."""
 
-    def __init__(self, log_uri: str, missing: Iterable[int], detail: str = "") -> None:
-        self.missing = tuple(sorted(set(missing)))
-        msg = f"{log_uri}: missing commit version(s) {_format_versions(self.missing)}"
+    def __init__(
+        self, log_uri: str, missing: Iterable[int] | Iterable[range], detail: str = ""
+    ) -> None:
+        self.ranges = _version_ranges(missing)
+        count = sum(r.stop - r.start for r in self.ranges)
+        msg = f"{log_uri}: missing commit version(s) {_format_versions(self.ranges)}"
+        if count > 1:
+            msg += f" ({count:,} versions)" if count > 10 else ""
         if detail:
             msg += f" ({detail})"
         super().__init__(msg)
         self.log_uri = log_uri
+
+    @property
+    def missing(self) -> tuple[int, ...]:
+        """Every missing version (for small gaps; ``ranges`` for any)."""
+        return tuple(v for r in self.ranges for v in r)
 
 
 class IncompleteCheckpointError(LogError):
@@ -319,7 +339,8 @@ class ChangeDataNotEnabledError(ChangeDataError):
         self.versions = tuple(sorted(set(versions)))
         super().__init__(
             f"{uri}: change data is not available for version(s) "
-            f"{_format_versions(self.versions)}: they changed rows while the change data "
+            f"{_format_versions(_version_ranges(self.versions))}: they changed rows while the "
+            "change data "
             "feed was not in force (delta.enableChangeDataFeed off, or writer version 7 "
             "without the changeDataFeed writer feature); ask to infer changes from add/remove "
             "actions to read them anyway"

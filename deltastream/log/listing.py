@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import logging
 
-from deltastream.errors import CorruptLastCheckpointError, ObjectNotFoundError, VersionNotFoundError
+from deltastream.errors import (
+    CorruptFileError,
+    CorruptLastCheckpointError,
+    ObjectNotFoundError,
+    VersionNotFoundError,
+)
 from deltastream.log.last_checkpoint import LastCheckpoint, parse_last_checkpoint
 from deltastream.log.paths import (
     LAST_CHECKPOINT_KEY,
@@ -44,7 +49,10 @@ async def list_log(store: ObjectStore, from_version: int = 0) -> LogListing:
     start_after = version_prefix(from_version) if from_version > 0 else None
     files: list[LogFile] = []
     async for meta in store.list_from(LOG_DIR, start_after):
-        parsed = parse_log_key(meta)
+        try:
+            parsed = parse_log_key(meta)
+        except CorruptFileError as e:
+            raise CorruptFileError(store.uri_for(meta.key), e.problem) from None
         if parsed is not None:
             files.append(parsed)
     return LogListing(table_uri=store.root_uri, files=tuple(files), listed_from=from_version)

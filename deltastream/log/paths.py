@@ -22,11 +22,13 @@ import enum
 import re
 from dataclasses import dataclass
 
+from deltastream.errors import CorruptFileError
 from deltastream.storage.base import ObjectMeta
 
 __all__ = [
     "LAST_CHECKPOINT_KEY",
     "LOG_DIR",
+    "MAX_VERSION",
     "SIDECAR_DIR",
     "LogFile",
     "LogFileKind",
@@ -101,6 +103,10 @@ class LogFile:
         )
 
 
+#: The largest version a Delta log can hold (versions are 64-bit signed integers).
+MAX_VERSION = 2**63 - 1
+
+
 def parse_log_key(meta: ObjectMeta) -> LogFile | None:
     """Classify a listed object under ``_delta_log/``; ``None`` if it is not part of the log."""
     key = meta.key
@@ -121,6 +127,12 @@ def parse_log_key(meta: ObjectMeta) -> LogFile | None:
         if m is None:
             continue
         version = int(m.group(1))
+        if version > MAX_VERSION:
+            # Versions are the protocol's 64-bit longs: no writer made this file.
+            raise CorruptFileError(
+                key,
+                f"version {version} is beyond the largest a Delta log can hold ({MAX_VERSION})",
+            )
         size, mtime = meta.size, meta.last_modified_ms
         if kind is LogFileKind.MULTIPART_CHECKPOINT:
             part, num_parts = int(m.group(2)), int(m.group(3))

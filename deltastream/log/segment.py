@@ -29,7 +29,14 @@ from deltastream.errors import (
 )
 from deltastream.log.paths import LogFile, LogFileKind
 
-__all__ = ["Followed", "IncompleteListingError", "LogListing", "LogSegment", "build_segment"]
+__all__ = [
+    "Followed",
+    "IncompleteListingError",
+    "LogListing",
+    "LogSegment",
+    "build_segment",
+    "gaps",
+]
 
 # Preference among checkpoints of the same version: single files before multi-part ones.
 _CHECKPOINT_PREFERENCE = {
@@ -55,7 +62,7 @@ class Followed:
 
     def missing_error(self, table_uri: str, why: str) -> MissingVersionsError:
         assert self.missing is not None
-        return MissingVersionsError(f"{table_uri}/_delta_log", self.missing, why)
+        return MissingVersionsError(f"{table_uri}/_delta_log", [self.missing], why)
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ class LogListing:
         commits = self.commits()
         if last is None:
             last = max((v for v in commits if v >= first), default=first - 1)
-        missing = [v for v in range(first, last + 1) if v not in commits]
+        missing = gaps(commits, first, last)
         if missing:
             raise MissingVersionsError(f"{self.table_uri}/_delta_log", missing, why)
         return [commits[v] for v in range(first, last + 1)]
@@ -129,6 +136,21 @@ class LogSegment:
         return f"{self.table_uri}/_delta_log"
 
 
+def gaps(present: Iterable[int], first: int, last: int) -> list[range]:
+    """The numbers ``first..last`` not in ``present``, as ranges: the cost follows how many
+    are present, not the span (a stray ``99999999999999999999.json`` makes a span of 10^20
+    versions, one range here)."""
+    out: list[range] = []
+    expected = first
+    for v in sorted(v for v in present if first <= v <= last):
+        if v > expected:
+            out.append(range(expected, v))
+        expected = v + 1
+    if expected <= last:
+        out.append(range(expected, last + 1))
+    return out
+
+
 def _complete_checkpoints(
     files: Iterable[LogFile], excluded: frozenset[str]
 ) -> tuple[dict[int, tuple[LogFile, ...]], dict[int, str]]:
@@ -154,10 +176,15 @@ def _complete_checkpoints(
             if version not in complete:
                 complete[version] = tuple(parts[i] for i in range(1, num_parts + 1))
         elif version not in complete:
-            absent = [i for i in range(1, num_parts + 1) if i not in parts]
+            absent = gaps(parts, 1, num_parts)
+            shown = ", ".join(
+                str(r.start) if r.stop - r.start == 1 else f"{r.start}-{r.stop - 1}"
+                for r in absent[:10]
+            )
+            more = f" and {len(absent) - 10} more run(s)" if len(absent) > 10 else ""
             incomplete[version] = (
                 f"checkpoint {version} has {len(parts)} of {num_parts} parts "
-                f"(part(s) {', '.join(map(str, absent))} missing)"
+                f"(part(s) {shown}{more} missing)"
             )
     for version in complete:
         incomplete.pop(version, None)
@@ -199,13 +226,14 @@ def build_segment(
     start = 0 if cp_version is None else cp_version + 1
     if start < listing.listed_from:
         raise IncompleteListingError()
-    missing = [v for v in range(start, end + 1) if v not in commits]
+    missing = gaps(commits, start, end)
     if missing:
         blocking = {v: why for v, why in incomplete.items() if start <= v <= end}
         if blocking:
             raise IncompleteCheckpointError(
                 f"{log_uri}: {'; '.join(blocking.values())}, and commits "
-                f"{missing[0]}..{missing[-1]} needed without it are not in the log"
+                f"{missing[0].start}..{missing[-1].stop - 1} needed without it are not in "
+                "the log"
             )
         earliest = _earliest(commits, checkpoints)
         if (

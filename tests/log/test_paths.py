@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from deltastream.errors import CorruptFileError
 from deltastream.log.paths import (
     LAST_CHECKPOINT_KEY,
     LogFile,
@@ -49,9 +50,11 @@ def test_commit() -> None:
 def test_commit_version_zero_and_large_version() -> None:
     f0 = parse(f"_delta_log/{v(0)}.json")
     assert f0 is not None and f0.kind is LogFileKind.COMMIT and f0.version == 0
-    big = 12345678901234567890
+    big = 2**63 - 1  # the largest version a Delta log can hold (a 64-bit long)
     fb = parse(f"_delta_log/{big:020d}.json")
     assert fb is not None and fb.version == big
+    with pytest.raises(CorruptFileError, match="beyond the largest"):
+        parse(f"_delta_log/{big + 1:020d}.json")
 
 
 def test_classic_checkpoint() -> None:

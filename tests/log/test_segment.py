@@ -3,9 +3,12 @@ version (PROTOCOL.md "Checkpoints", "Log Compaction Files", "Metadata Cleanup").
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from deltastream.errors import (
+    CorruptFileError,
     IncompleteCheckpointError,
     LogError,
     MissingVersionsError,
@@ -13,7 +16,13 @@ from deltastream.errors import (
     VersionNotFoundError,
 )
 from deltastream.log.paths import LogFile, LogFileKind, parse_log_key
-from deltastream.log.segment import IncompleteListingError, LogListing, LogSegment, build_segment
+from deltastream.log.segment import (
+    IncompleteListingError,
+    LogListing,
+    LogSegment,
+    build_segment,
+    gaps,
+)
 from deltastream.storage.base import ObjectMeta
 
 URI = "s3://bucket/tbl"
@@ -508,3 +517,38 @@ def test_follow_at_a_gap_reports_it_as_missing() -> None:
 def test_follow_ignores_later_versions_beyond_last() -> None:
     found = listing(commits(8, 9)).follow(3, last=5)
     assert found.commits == () and found.missing is None
+
+
+# ---------------------------------------------------------------------------- bounded gaps
+
+
+def test_gaps_are_ranges_whatever_the_span() -> None:
+    assert gaps([0, 1, 5, 6, 9], 0, 12) == [range(2, 5), range(7, 9), range(10, 13)]
+    assert gaps([], 3, 10**18) == [range(3, 10**18 + 1)]
+    assert gaps({4: None, 5: None}, 4, 5) == []
+
+
+def test_a_stray_far_future_commit_is_one_missing_range_at_once() -> None:
+    """A stray ``00000000000100000000.json`` beside versions 0..2: the latest version is
+    100,000,000 and versions 3..99,999,999 are missing, reported as one range, quickly."""
+    started = time.monotonic()
+    with pytest.raises(MissingVersionsError) as info:
+        build_segment(listing(commits(0, 2), commit(100_000_000)))
+    assert time.monotonic() - started < 1
+    assert info.value.ranges == (range(3, 100_000_000),)
+    assert "3-99999999" in str(info.value) and "99,999,997 versions" in str(info.value)
+    with pytest.raises(MissingVersionsError, match="3-99999999"):
+        listing(commits(0, 2), commit(100_000_000)).contiguous_commits(0)
+
+
+def test_a_version_beyond_64_bits_is_a_corrupt_log() -> None:
+    with pytest.raises(CorruptFileError, match="beyond the largest"):
+        lf("99999999999999999999.json")
+    assert lf(f"{2**63 - 1:020d}.json").version == 2**63 - 1
+
+
+def test_a_billion_part_checkpoint_is_described_without_enumerating_parts() -> None:
+    started = time.monotonic()
+    with pytest.raises(IncompleteCheckpointError, match=r"2-1000000000 missing"):
+        build_segment(listing(part(1, 1, 1_000_000_000), commit(2)))
+    assert time.monotonic() - started < 1
