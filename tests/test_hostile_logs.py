@@ -3,6 +3,7 @@ in bounded memory, from the Python API and the CLI (one line, exit status 2)."""
 
 from __future__ import annotations
 
+import json
 import resource
 import time
 from pathlib import Path
@@ -46,3 +47,44 @@ def test_a_stray_commit_name_is_one_clear_error_at_once(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("deltastream: error: ")
     assert stray in lines[0] or "missing commit version" in lines[0]
+
+
+def rewrite_commit(uri: str, version: int, edit: Any) -> Path:
+    path = Path(uri) / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in path.read_text().splitlines() if line]
+    path.write_text("".join(json.dumps(a) + "\n" for a in edit(actions)))
+    return path
+
+
+def test_the_same_add_twice_in_a_commit_is_refused_by_every_reader(tmp_path: Path) -> None:
+    """Once by a snapshot, twice by the change feed: no answer is right, so neither is given."""
+    uri = table_with(tmp_path, "ignored.txt")
+
+    def twice(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        adds = [a for a in actions if "add" in a]
+        return [*actions, adds[0]]
+
+    commit = rewrite_commit(uri, 1, twice)
+    for read in (
+        lambda: ds.read_snapshot(uri),
+        lambda: ds.read_rows(uri).read_all(),
+        lambda: ds.read_changes(uri, start_version=0, infer_without_cdf=True).read_all(),
+    ):
+        with pytest.raises(ds.CorruptCommitError, match="two add actions for") as info:
+            read()
+        assert str(commit) in str(info.value)
+
+
+def test_an_add_without_data_change_is_refused_naming_the_line(tmp_path: Path) -> None:
+    uri = table_with(tmp_path, "ignored.txt")
+
+    def drop(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for a in actions:
+            if "add" in a:
+                del a["add"]["dataChange"]
+        return actions
+
+    commit = rewrite_commit(uri, 2, drop)
+    with pytest.raises(ds.CorruptCommitError, match="lacks required field 'dataChange'") as info:
+        ds.read_changes(uri, start_version=0, infer_without_cdf=True).read_all()
+    assert str(commit) in str(info.value) and "line " in str(info.value)

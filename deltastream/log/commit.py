@@ -35,16 +35,19 @@ from deltastream.log.actions import (
 
 __all__ = [
     "LogActions",
+    "check_one_action_per_path",
     "empty_file_actions",
     "parse_actions_json",
     "parse_commit",
     "parse_many",
 ]
 
+#: Fields the protocol requires of file actions (``dataChange`` decides whether an action's
+#: rows are change data: taking a missing one as false would drop them silently).
 _REQUIRED_FILE_FIELDS: dict[str, tuple[str, ...]] = {
-    "add": ("path", "size", "partitionValues"),
-    "remove": ("path",),
-    "cdc": ("path", "size", "partitionValues"),
+    "add": ("path", "size", "partitionValues", "dataChange"),
+    "remove": ("path", "dataChange"),
+    "cdc": ("path", "size", "partitionValues", "dataChange"),
 }
 
 _COMMIT_ONLY = frozenset({"cdc", "commitInfo"})
@@ -259,3 +262,27 @@ def _to_arrow(
         index, lineno = where[first]
         raise error(sources[index], f"line {lineno}: {action} action lacks required field {name!r}")
     return arr
+
+
+def check_one_action_per_path(actions: LogActions) -> None:
+    """Raise :class:`~deltastream.errors.CorruptCommitError` if a commit holds two ``add``
+    or two ``remove`` actions for one path: the protocol's rule for a valid version ("at most
+    one file action of the same type for any path"), which readers of the same log would
+    otherwise settle differently (a snapshot keeps one, the change data feed both)."""
+    table = actions.file_actions
+    for kind in ("add", "remove"):
+        column = table.column(kind)
+        if column.null_count == len(column):
+            continue
+        paths = pc.drop_null(pc.struct_field(column, "path"))
+        if len(paths) == len(pc.unique(paths)):
+            continue
+        seen: set[str] = set()
+        for path in cast("list[str]", paths.to_pylist()):
+            if path in seen:
+                raise CorruptCommitError(
+                    actions.source,
+                    f"two {kind} actions for {path!r}: a valid version has at most one "
+                    f"{kind} per path",
+                )
+            seen.add(path)

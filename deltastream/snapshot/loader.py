@@ -26,7 +26,7 @@ from deltastream.errors import (
     ObjectNotFoundError,
 )
 from deltastream.log.checkpoint import RowFilter, merge_checkpoint_parts, parse_checkpoint
-from deltastream.log.commit import LogActions, parse_many
+from deltastream.log.commit import LogActions, check_one_action_per_path, parse_many
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import SIDECAR_DIR, LogFile, LogFileKind
 from deltastream.log.segment import LogListing, LogSegment, build_segment
@@ -69,7 +69,11 @@ async def read_log_files(store: ObjectStore, files: Sequence[LogFile]) -> list[L
                 "the commit file disappeared while it was being read (log cleanup?)",
             ) from e
         named = [(store.uri_for(f.key), d) for f, d in zip(chunk, datas, strict=True)]
-        out.extend(await anyio.to_thread.run_sync(parse_many, named))
+        parsed = await anyio.to_thread.run_sync(parse_many, named)
+        for f, actions in zip(chunk, parsed, strict=True):
+            if f.kind is LogFileKind.COMMIT:  # compactions are checked where they are used
+                check_one_action_per_path(actions)
+        out.extend(parsed)
     return out
 
 

@@ -356,7 +356,7 @@ def test_unknown_fields_are_ignored() -> None:
             {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2, "futureField": {"a": 1}}},
             {"metaData": {**METADATA["metaData"], "futureField": [1, 2, 3]}},
             {"add": {**ADD_C["add"], "futureField": {"nested": True}, "stats_parsed": {"n": 1}}},
-            {"remove": {"path": "r", "futureField": 1}},
+            {"remove": {"path": "r", "dataChange": True, "futureField": 1}},
             {"txn": {"appId": "a", "version": 3, "futureField": "x"}},
             {"add": {**ADD_C["add"], "path": "dv", "deletionVector": {**DV, "futureField": 1}}},
         ),
@@ -658,3 +658,19 @@ def test_deeply_nested_line() -> None:
     line = '{"commitInfo": {"x": ' + "[" * depth + "]" * depth + "}}"
     err = corrupt(ndjson(ADD_C, line))
     assert_names(err, 2)
+
+
+@pytest.mark.parametrize(
+    ("action", "field"),
+    [
+        ({"add": {k: v for k, v in ADD_C["add"].items() if k != "dataChange"}}, "dataChange"),
+        ({"remove": {"path": "r"}}, "dataChange"),
+        ({"cdc": {"path": "c", "size": 1, "partitionValues": {}}}, "dataChange"),
+        ({"add": {k: v for k, v in ADD_C["add"].items() if k != "size"}}, "size"),
+    ],
+)
+def test_file_actions_lacking_a_required_field_are_refused(
+    action: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(CorruptCommitError, match=f"line 1: .* lacks required field '{field}'"):
+        parse_commit(SOURCE, ndjson(action))
