@@ -31,6 +31,7 @@ from deltastream.log.actions import (
     Txn,
 )
 from deltastream.log.commit import LogActions, empty_file_actions, parse_actions_json
+from deltastream.log.file_action_checks import invalid_file_action
 
 __all__ = [
     "RowFilter",
@@ -78,7 +79,10 @@ def parse_checkpoint(
         actions = parse_actions_json(source, raw, checkpoint=True)
         if row_filter is None or not actions.file_actions.num_rows:
             return actions
-        return replace(actions, file_actions=_split(actions.file_actions, row_filter))
+        try:
+            return replace(actions, file_actions=_split(actions.file_actions, row_filter))
+        except ActionFormatError as e:
+            raise CorruptCheckpointError(source, str(e)) from None
     return parse_checkpoint_parquet(source, data, file_actions=file_actions, row_filter=row_filter)
 
 
@@ -114,6 +118,8 @@ def parse_checkpoint_parquet(
             actions_table = _split_batches(
                 (pa.Table.from_batches([b]) for b in batches), row_filter
             )
+        except ActionFormatError as e:
+            raise CorruptCheckpointError(source, str(e)) from None
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
             raise CorruptCheckpointError(
                 source, f"add/remove columns have an unexpected type: {e}"
@@ -153,6 +159,7 @@ def _split_batches(tables: Iterable[pa.Table], row_filter: RowFilter | None) -> 
     """
     adds: list[pa.Array[Any]] = []
     removes: list[pa.Array[Any]] = []
+    offset = 0  # rows of the file before this batch, for messages
     for table in tables:
         n = table.num_rows
         names = table.column_names
@@ -163,9 +170,12 @@ def _split_batches(tables: Iterable[pa.Table], row_filter: RowFilter | None) -> 
             else pa.nulls(n, REMOVE_TYPE)
         )
         add_valid, remove_valid = pc.is_valid(add), pc.is_valid(remove)
-        missing_path = pc.and_(add_valid, pc.is_null(pc.struct_field(add, "path")))
-        if pc.any(missing_path).as_py():
-            raise pa.ArrowInvalid("an add action has a null path")
+        for kind, column, valid, required in (
+            ("add", add, add_valid, ("path", "size", "partitionValues")),
+            ("remove", remove, remove_valid, ("path",)),
+        ):
+            _check_rows(kind, column, valid, required, offset)
+        offset += n
         if row_filter is not None:
             keep = row_filter(pa.Table.from_arrays([add, remove], schema=FILE_ACTIONS_SCHEMA))
             add_valid = pc.and_(add_valid, keep)
@@ -177,6 +187,20 @@ def _split_batches(tables: Iterable[pa.Table], row_filter: RowFilter | None) -> 
     add_column = pa.chunked_array([*adds, pa.nulls(n_remove, ADD_TYPE)], type=ADD_TYPE)  # type: ignore[call-overload]
     remove_column = pa.chunked_array([pa.nulls(n_add, REMOVE_TYPE), *removes], type=REMOVE_TYPE)  # type: ignore[call-overload]
     return pa.Table.from_arrays([add_column, remove_column], schema=FILE_ACTIONS_SCHEMA)
+
+
+def _check_rows(kind: str, column: Any, valid: Any, required: tuple[str, ...], offset: int) -> None:
+    """Raise for the first ``kind`` action of a batch lacking a required field or breaking
+    a file-action rule (:func:`~deltastream.log.file_action_checks.invalid_file_action`);
+    ``offset`` is the batch's first row in the file (messages count rows from 1)."""
+    for name in required:
+        lacking = pc.fill_null(pc.and_(valid, pc.is_null(pc.struct_field(column, name))), False)
+        if pc.any(lacking).as_py():
+            row = offset + pc.index(lacking, True).as_py() + 1
+            raise ActionFormatError(f"row {row}: {kind} action lacks required field {name!r}")
+    problem = invalid_file_action(column, valid)
+    if problem is not None:
+        raise ActionFormatError(f"row {offset + problem[0] + 1}: {kind} action {problem[1]}")
 
 
 def _kept_chunks(column: Any, mask: Any) -> list[pa.Array[Any]]:

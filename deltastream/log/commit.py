@@ -32,6 +32,7 @@ from deltastream.log.actions import (
     Sidecar,
     Txn,
 )
+from deltastream.log.file_action_checks import invalid_file_action
 
 __all__ = [
     "LogActions",
@@ -261,6 +262,11 @@ def _to_arrow(
         first = pc.index(missing, True).as_py()
         index, lineno = where[first]
         raise error(sources[index], f"line {lineno}: {action} action lacks required field {name!r}")
+    problem = invalid_file_action(arr, valid)
+    if problem is not None:
+        first, what = problem
+        index, lineno = where[first]
+        raise error(sources[index], f"line {lineno}: {action} action {what}")
     return arr
 
 

@@ -317,6 +317,10 @@ def parse_schema(schema_string: str | None, source: str = "schemaString") -> Str
         return _parse_struct(value, "")
     except (ValueError, KeyError, TypeError) as e:
         raise InvalidTableStateError(f"{source}: invalid table schema: {e}") from None
+    except RecursionError:
+        raise InvalidTableStateError(
+            f"{source}: invalid table schema: nested too deeply to be a real table's"
+        ) from None
 
 
 def column_mapping_mode(protocol: Protocol, metadata: Metadata) -> ColumnMappingMode:

@@ -567,3 +567,31 @@ def test_metadata_configuration_with_duplicate_keys() -> None:
 
 def test_protocol_column_of_wrong_type() -> None:
     corrupt(to_parquet(pa.table({"protocol": ["x"]})), "protocol")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda a: a.update(size=None), "row 4: add action lacks required field 'size'"),
+        (lambda a: a.update(path="x\x00y"), "row 4: add action has a path with a NUL byte"),
+        (
+            lambda a: a.update(deletionVector={**lb.inline_dv(), "storageType": "z"}),
+            "row 4: add action has a deletion vector of unknown storageType 'z'",
+        ),
+        (
+            lambda a: a.update(deletionVector={**lb.inline_dv(), "cardinality": None}),
+            "without the required field 'cardinality'",
+        ),
+    ],
+)
+def test_invalid_file_actions_in_a_checkpoint_name_the_row(
+    tmp_path: Path, edit: Any, message: str
+) -> None:
+    second = lb.add("b.parquet")
+    edit(second["add"])
+    (path,) = lb.LogWriter(tmp_path).checkpoint(
+        3, [lb.protocol(), lb.metadata(), lb.add("a.parquet"), second]
+    )
+    with pytest.raises(CorruptCheckpointError, match=message) as info:
+        parse_checkpoint(str(path), path.read_bytes(), "parquet")
+    assert info.value.path == str(path)

@@ -674,3 +674,25 @@ def test_file_actions_lacking_a_required_field_are_refused(
 ) -> None:
     with pytest.raises(CorruptCommitError, match=f"line 1: .* lacks required field '{field}'"):
         parse_commit(SOURCE, ndjson(action))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda a: a.update(path="a\x00b"), "has a path with a NUL byte"),
+        (lambda a: a.update(path="a%00b"), "has a path with a NUL byte"),
+        (
+            lambda a: a.update(deletionVector={**DV, "storageType": "q"}),
+            "unknown storageType 'q'",
+        ),
+        (
+            lambda a: a.update(deletionVector={k: v for k, v in DV.items() if k != "cardinality"}),
+            "without the required field 'cardinality'",
+        ),
+    ],
+)
+def test_file_actions_breaking_a_rule_are_refused_where_parsed(edit: Any, message: str) -> None:
+    add = {**ADD_C["add"]}
+    edit(add)
+    with pytest.raises(CorruptCommitError, match=f"line 2: add action .*{message}"):
+        parse_commit(SOURCE, ndjson(ADD_C, {"add": add}))

@@ -87,3 +87,14 @@ def test_nested_changes() -> None:
     assert schema_problem(widened_map, narrow_map, ColumnMappingMode.NONE) == (
         "changes the type of column 'm.value' from long to integer"
     )
+
+
+def test_a_schema_nested_hundreds_deep_is_a_clear_error() -> None:
+    from deltastream.errors import InvalidTableStateError
+    from deltastream.schema.model import parse_schema
+
+    head = '{"type":"struct","fields":[{"name":"a","type":'
+    tail = ',"nullable":true,"metadata":{}}]}'
+    inner = head * 400 + '"long"' + tail * 400
+    with pytest.raises(InvalidTableStateError, match="nested too deeply"):
+        parse_schema(inner)
