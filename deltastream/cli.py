@@ -25,6 +25,7 @@ from deltastream.daemon.api import default_stream_name
 from deltastream.daemon.config import load_config
 from deltastream.daemon.logs import LOG_FORMATS, configure_logging
 from deltastream.daemon.progress import TerminalProgress
+from deltastream.daemon.redaction import Redactor
 from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, ServiceConfig, single_stream
 from deltastream.daemon.sinks import parse_sink
@@ -305,6 +306,9 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         format="deltastream: %(levelname)s: %(message)s",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:
+        # -v shows botocore's request dumps: never with the credentials in them.
+        handler.addFilter(Redactor())
     try:
         if args.command == "snapshot":
             out.write(json.dumps(anyio.run(_load, args).summary()) + "\n")

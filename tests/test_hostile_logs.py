@@ -88,3 +88,20 @@ def test_an_add_without_data_change_is_refused_naming_the_line(tmp_path: Path) -
     with pytest.raises(ds.CorruptCommitError, match="lacks required field 'dataChange'") as info:
         ds.read_changes(uri, start_version=0, infer_without_cdf=True).read_all()
     assert str(commit) in str(info.value) and "line " in str(info.value)
+
+
+def test_an_unparseable_partition_value_names_the_file_and_version(tmp_path: Path) -> None:
+    uri = str(tmp_path / "p")
+    write_deltalake(uri, pa.table({"id": [1], "p": [5]}), partition_by=["p"])
+
+    def garble(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for a in actions:
+            if "add" in a:
+                a["add"]["partitionValues"]["p"] = "abc"
+        return actions
+
+    rewrite_commit(uri, 0, garble)
+    with pytest.raises(ds.DataFileError, match="p=") as info:
+        ds.read_rows(uri).read_all()
+    message = str(info.value)
+    assert "named by version 0" in message and "cannot parse 'abc'" in message

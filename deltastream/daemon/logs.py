@@ -1,4 +1,5 @@
-"""Log output for the daemon: human-readable text lines or one JSON object per line."""
+"""Log output for the daemon: human-readable text lines or one JSON object per line, with
+credentials redacted (:mod:`deltastream.daemon.redaction`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import sys
 from typing import TextIO
 
+from deltastream.daemon.redaction import Redactor
 from deltastream.errors import InvalidArgumentError
 
 __all__ = ["LOG_FORMATS", "JsonFormatter", "configure_logging"]
@@ -40,6 +42,7 @@ def configure_logging(fmt: str = "text", level: str = "info", stream: TextIO | N
     if level.lower() not in _LEVELS:
         raise InvalidArgumentError(f"log level must be one of {_LEVELS}, not {level!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(Redactor())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

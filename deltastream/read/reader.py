@@ -35,6 +35,7 @@ from deltastream.errors import (
     DataFileError,
     DataFileNotFoundError,
     DeletionVectorError,
+    InvalidTableStateError,
     ObjectNotFoundError,
 )
 from deltastream.read.deletion_vectors import kept_rows
@@ -348,9 +349,12 @@ class _FileReader:
             names.append(f.name)
             if kind == "partition":
                 key = f.physical_name(schema.mode)
-                arrays.append(
-                    partition_column(self.task.partition_values.get(key), f.type, f.name, n)
-                )
+                try:
+                    value = partition_column(self.task.partition_values.get(key), f.type, f.name, n)
+                except InvalidTableStateError as e:
+                    # Name the file (and version) whose add action holds the value.
+                    raise self.error(str(e)) from None
+                arrays.append(value)
             elif kind == "null":
                 arrays.append(_nulls(n, f_type))
             else:
