@@ -52,4 +52,9 @@ def _invalid_deletion_vector(arr: pa.StructArray, valid: Any) -> tuple[int, str]
         first = _first(pc.fill_null(lacking, False))
         if first is not None:
             return first, f"has a deletion vector without the required field {name!r}"
+    for name in ("sizeInBytes", "cardinality"):
+        negative = pc.and_(present, pc.less(pc.struct_field(dv, name), pa.scalar(0)))
+        first = _first(pc.fill_null(negative, False))
+        if first is not None:
+            return first, f"has a deletion vector with a negative {name}"
     return None

@@ -388,19 +388,22 @@ async def load_deletion_vector(
     byte, then the DV's frame). The bitmap's cardinality must equal the descriptor's.
     """
     owner = data_file or "<unknown data file>"
+    #: The data file by its place in the table, for errors that are about the log's action.
+    where = f"{store.root_uri}/{data_file}" if data_file else store.root_uri
     kind = descriptor.storage_type
     if descriptor.size_in_bytes < 0:
         raise DeletionVectorError(
-            owner, f"deletion vector has a negative sizeInBytes {descriptor.size_in_bytes}"
+            where, f"deletion vector has a negative sizeInBytes {descriptor.size_in_bytes}"
         )
     if kind == "i":
-        source = owner
+        # An inline DV lives in the log: name the data file by its place in the table.
+        source = where
         bitmap = _load_inline(descriptor, source)
     elif kind == "u":
         try:
             key = relative_dv_path(descriptor.path_or_inline_dv)
         except ValueError as e:
-            raise DeletionVectorError(owner, f"invalid deletion vector: {e}") from None
+            raise DeletionVectorError(where, f"invalid deletion vector: {e}") from None
         if not _valid_key(key):
             # A prefix of ".." (both Z85 characters) leads out of the table.
             raise UnsafePathError(f"the deletion vector of {owner}", None, key, store.root_uri)
@@ -429,7 +432,7 @@ async def load_deletion_vector(
         bitmap = await _load_from_file(dv_store, key, descriptor, source, owner)
     else:
         raise DeletionVectorError(
-            owner, f"unknown deletion vector storageType {kind!r} (expected u, i or p)"
+            where, f"unknown deletion vector storageType {kind!r} (expected u, i or p)"
         )
     if len(bitmap) != descriptor.cardinality:
         raise DeletionVectorError(

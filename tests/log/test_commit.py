@@ -689,6 +689,10 @@ def test_file_actions_lacking_a_required_field_are_refused(
             lambda a: a.update(deletionVector={k: v for k, v in DV.items() if k != "cardinality"}),
             "without the required field 'cardinality'",
         ),
+        (
+            lambda a: a.update(deletionVector={**DV, "cardinality": -1}),
+            "with a negative cardinality",
+        ),
     ],
 )
 def test_file_actions_breaking_a_rule_are_refused_where_parsed(edit: Any, message: str) -> None:
