@@ -105,3 +105,18 @@ def test_an_unparseable_partition_value_names_the_file_and_version(tmp_path: Pat
         ds.read_rows(uri).read_all()
     message = str(info.value)
     assert "named by version 0" in message and "cannot parse 'abc'" in message
+
+
+def test_a_corrupt_schema_names_the_commit_it_came_from(tmp_path: Path) -> None:
+    uri = table_with(tmp_path, "ignored.txt")
+
+    def corrupt(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for a in actions:
+            if "metaData" in a:
+                a["metaData"]["schemaString"] = "{not json"
+        return actions
+
+    commit = rewrite_commit(uri, 0, corrupt)
+    with pytest.raises(ds.InvalidTableStateError, match="invalid table schema") as info:
+        ds.read_rows(uri).read_all()
+    assert str(info.value).startswith(f"{commit}: ")

@@ -210,6 +210,8 @@ class Metadata:
     name: str | None = None
     description: str | None = None
     created_time: int | None = None
+    #: The log file this action was read from, for messages (not part of its value).
+    source: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Metadata:

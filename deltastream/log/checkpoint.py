@@ -129,7 +129,7 @@ def parse_checkpoint_parquet(
     try:
         rows = {name: _non_null_rows(table, name) for name in _NON_FILE_COLUMNS}
         protocols = [Protocol.from_json(r) for r in rows["protocol"]]
-        metadatas = [Metadata.from_json(r) for r in rows["metaData"]]
+        metadatas = [replace(Metadata.from_json(r), source=source) for r in rows["metaData"]]
         cp_meta = [CheckpointMetadata.from_json(r) for r in rows["checkpointMetadata"]]
         actions = LogActions(
             source=source,

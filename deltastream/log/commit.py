@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import pyarrow as pa
@@ -200,7 +200,7 @@ def _parse_file(
                 elif name == "metaData":
                     if metadata is not None:
                         raise error(source, f"line {lineno}: more than one metaData action")
-                    metadata = Metadata.from_json(body)
+                    metadata = replace(Metadata.from_json(body), source=source)
                 elif name == "protocol":
                     if protocol is not None:
                         raise error(source, f"line {lineno}: more than one protocol action")

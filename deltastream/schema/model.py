@@ -335,8 +335,12 @@ def column_mapping_mode(protocol: Protocol, metadata: Metadata) -> ColumnMapping
     try:
         return ColumnMappingMode(mode)
     except ValueError:
-        raise InvalidTableStateError(f"unknown delta.columnMapping.mode {mode!r}") from None
+        where = f"{metadata.source}: " if metadata.source else ""
+        raise InvalidTableStateError(f"{where}unknown delta.columnMapping.mode {mode!r}") from None
 
 
 def table_schema(metadata: Metadata) -> StructType:
-    return parse_schema(metadata.schema_string, f"metaData of table {metadata.id}")
+    where = f"metaData of table {metadata.id}"
+    if metadata.source:
+        where = f"{metadata.source}: {where}"
+    return parse_schema(metadata.schema_string, where)
