@@ -340,10 +340,9 @@ class ChangeDataNotEnabledError(ChangeDataError):
         super().__init__(
             f"{uri}: change data is not available for version(s) "
             f"{_format_versions(_version_ranges(self.versions))}: they changed rows while the "
-            "change data "
-            "feed was not in force (delta.enableChangeDataFeed off, or writer version 7 "
-            "without the changeDataFeed writer feature); ask to infer changes from add/remove "
-            "actions to read them anyway"
+            "change data feed was not in force (delta.enableChangeDataFeed off, or writer "
+            "version 7 without the changeDataFeed writer feature); ask to infer changes from "
+            "add/remove actions to read them anyway"
         )
         self.uri = uri
 

@@ -185,7 +185,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._session: _Session | None = None
         self._versions: dict[int, list[FilePartition]] = {}
         #: The commit processor, with the store it reads (kept across planning calls).
-        self._steps: tuple[ObjectStore, CommitSteps] | None = None
+        self._steps: CommitSteps | None = None
         self._snapshot: tuple[int, pa.Table, tuple[Any, ...]] | None = None
         #: Trigger.AvailableNow: the last version the query may read.
         self._cap: int | None = None
@@ -477,9 +477,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _commits(self, store: ObjectStore) -> CommitSteps:
         """The reader's commit processor: versions are mostly planned in order, so what is
         in force after one is kept for the next."""
-        if self._steps is None or self._steps[0] is not store:
-            self._steps = (store, CommitSteps(store))
-        return self._steps[1]
+        if self._steps is None:  # one per session: stop() and pickling drop it with the store
+            self._steps = CommitSteps(store)
+        return self._steps
 
     def _check(self, version: int, metadata: Metadata | None) -> None:
         """The stream's policy for a version's metadata: it reads the table it started on,
