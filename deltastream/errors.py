@@ -22,6 +22,7 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
     │   ├── MissingVersionsError      commits the segment needs are absent
     │   ├── IncompleteCheckpointError a multi-part checkpoint lacks parts and nothing else covers it
     │   ├── InvalidTableStateError    e.g. no protocol or no metadata after replay
+    │   ├── LogFileTooLargeError      a JSON log file is over the size deltastream will parse
     │   └── UnsafePathError           the log names a file outside the table root
     ├── UnsupportedFeatureError       the table needs a reader feature deltastream lacks
     ├── VersionNotFoundError          time travel to a version the log cannot reconstruct
@@ -63,6 +64,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTableStateError",
     "LogError",
+    "LogFileTooLargeError",
     "MissingVersionsError",
     "ObjectNotFoundError",
     "PreconditionFailedError",
@@ -225,6 +227,20 @@ ALLOW_EXTERNAL_PATHS = (
     "--allow-external-paths [ROOT ...] (allow_external_paths in Python and in the TOML, "
     "the Spark option allowExternalPaths)"
 )
+
+
+class LogFileTooLargeError(LogError):
+    """A commit, log compaction or JSON checkpoint is larger than deltastream agrees to
+    parse in memory (``limit`` bytes, raised with the environment variable ``setting``)."""
+
+    def __init__(self, path: str, size: int, limit: int, setting: str) -> None:
+        super().__init__(
+            f"{path}: the file is {size:,} bytes, over the limit of {limit:,} bytes on one "
+            f"JSON log file (raise it with the environment variable {setting})"
+        )
+        self.path = path
+        self.size = size
+        self.limit = limit
 
 
 class UnsafePathError(LogError):

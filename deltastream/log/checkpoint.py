@@ -110,6 +110,7 @@ def parse_checkpoint_parquet(
         table = pf.read(columns=[c for c in _NON_FILE_COLUMNS if c in present], use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise CorruptCheckpointError(source, f"not a readable parquet file: {e}") from None
+    _check_valid(source, table)
     actions_table = empty_file_actions()
     file_columns = [c for c in ("add", "remove") if c in present] if file_actions else []
     if file_columns:
@@ -140,6 +141,7 @@ def parse_checkpoint_parquet(
             file_actions=actions_table,
             sidecars=tuple(Sidecar.from_json(r) for r in rows["sidecar"]),
             checkpoint_metadata=_at_most_one(source, "checkpointMetadata", cp_meta),
+            add_column="add" in present,
         )
     except ActionFormatError as e:
         raise CorruptCheckpointError(source, str(e)) from None
@@ -175,6 +177,12 @@ def _split_batches(tables: Iterable[pa.Table], row_filter: RowFilter | None) -> 
             ("remove", remove, remove_valid, ("path",)),
         ):
             _check_rows(kind, column, valid, required, offset)
+            try:
+                column.validate(full=True)
+            except pa.ArrowInvalid as e:
+                raise ActionFormatError(
+                    f"{kind} column, rows {offset + 1}-{offset + n}: {e}"
+                ) from None
         offset += n
         if row_filter is not None:
             keep = row_filter(pa.Table.from_arrays([add, remove], schema=FILE_ACTIONS_SCHEMA))
@@ -187,6 +195,17 @@ def _split_batches(tables: Iterable[pa.Table], row_filter: RowFilter | None) -> 
     add_column = pa.chunked_array([*adds, pa.nulls(n_remove, ADD_TYPE)], type=ADD_TYPE)  # type: ignore[call-overload]
     remove_column = pa.chunked_array([pa.nulls(n_add, REMOVE_TYPE), *removes], type=REMOVE_TYPE)  # type: ignore[call-overload]
     return pa.Table.from_arrays([add_column, remove_column], schema=FILE_ACTIONS_SCHEMA)
+
+
+def _check_valid(source: str, table: pa.Table) -> None:
+    """Raise :class:`~deltastream.errors.CorruptCheckpointError` if decoded columns break
+    Arrow's rules, above all strings that are not UTF-8 (parquet readers do not check them,
+    and they would fail later, far from the file, or be misread)."""
+    for name in table.column_names:
+        try:
+            table.column(name).validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise CorruptCheckpointError(source, f"{name} column: {e}") from None
 
 
 def _check_rows(kind: str, column: Any, valid: Any, required: tuple[str, ...], offset: int) -> None:
@@ -270,4 +289,5 @@ def merge_checkpoint_parts(parts: list[LogActions], source: str) -> LogActions:
         file_actions=pa.concat_tables([p.file_actions for p in parts]),
         sidecars=tuple(s for p in parts for s in p.sidecars),
         checkpoint_metadata=_at_most_one(source, "checkpointMetadata", cp_meta),
+        add_column=any(p.add_column for p in parts),
     )

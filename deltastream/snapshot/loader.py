@@ -27,12 +27,18 @@ from deltastream.errors import (
 )
 from deltastream.log.checkpoint import RowFilter, merge_checkpoint_parts, parse_checkpoint
 from deltastream.log.commit import LogActions, check_one_action_per_path, parse_many
+from deltastream.log.limits import check_json_log_size
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import SIDECAR_DIR, LogFile, LogFileKind
 from deltastream.log.segment import LogListing, LogSegment, build_segment
 from deltastream.log.version_checksum import parse_version_checksum
 from deltastream.snapshot.features import check_readable
-from deltastream.snapshot.reconcile import CommitBatch, LogState, has_duplicate_keys
+from deltastream.snapshot.reconcile import (
+    CommitBatch,
+    LogState,
+    has_duplicate_keys,
+    repeated_add,
+)
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.timestamps import (
     FILE_TIME_LOOKBACK,
@@ -52,13 +58,32 @@ log = logging.getLogger(__name__)
 
 #: Commit files fetched and parsed per round trip when replaying a long log.
 _COMMIT_CHUNK = 512
+#: ... and at most this many bytes of them (a chunk of large commits is held in memory whole).
+_CHUNK_BYTES = 64 << 20
+
+
+def _chunks(files: Sequence[LogFile]) -> list[Sequence[LogFile]]:
+    """``files`` cut into runs of at most :data:`_COMMIT_CHUNK` files and (unless one file is
+    larger) :data:`_CHUNK_BYTES` bytes: fetched and parsed together, held together."""
+    chunks: list[Sequence[LogFile]] = []
+    start = size = 0
+    for i, f in enumerate(files):
+        if i > start and (i - start == _COMMIT_CHUNK or size + f.size > _CHUNK_BYTES):
+            chunks.append(files[start:i])
+            start, size = i, 0
+        size += f.size
+    if start < len(files):
+        chunks.append(files[start:])
+    return chunks
 
 
 async def read_log_files(store: ObjectStore, files: Sequence[LogFile]) -> list[LogActions]:
-    """Fetch and parse commits or compactions, in the order given."""
+    """Fetch and parse commits or compactions, in the order given. A file over the size
+    limit (:mod:`deltastream.log.limits`) is refused before it is fetched."""
+    for f in files:
+        check_json_log_size(store.uri_for(f.key), f.size)
     out: list[LogActions] = []
-    for start in range(0, len(files), _COMMIT_CHUNK):
-        chunk = files[start : start + _COMMIT_CHUNK]
+    for chunk in _chunks(files):
         try:
             datas = await store.get_many([f.key for f in chunk])
         except ObjectNotFoundError as e:
@@ -111,6 +136,9 @@ async def _read_checkpoint(
     """Read every part of a checkpoint (and its sidecars); raise CorruptCheckpointError if
     any of it is missing or unreadable."""
     source = store.uri_for(parts[0].key)
+    for part in parts:
+        if part.format == "json":  # a JSON V2 checkpoint is parsed whole, as commits are
+            check_json_log_size(store.uri_for(part.key), part.size)
     keys = [p.key for p in parts]
     handles = await _open_checkpoint_files(store, source, keys, "checkpoint file")
     parsed = await anyio.to_thread.run_sync(
@@ -123,7 +151,7 @@ async def _read_checkpoint(
     if parts[0].kind is LogFileKind.UUID_CHECKPOINT and actions.checkpoint_metadata is None:
         raise CorruptCheckpointError(source, "V2 checkpoint has no checkpointMetadata action")
     if not actions.sidecars or not files:
-        return actions
+        return _checked_files(store.root_uri, actions) if files else actions
     keys = [SIDECAR_DIR + unquote(s.path).rsplit("/", 1)[-1] for s in actions.sidecars]
     handles = await _open_checkpoint_files(
         store, source, keys, "sidecar referenced by the checkpoint,"
@@ -134,7 +162,25 @@ async def _read_checkpoint(
         True,
         row_filter,
     )
-    return merge_checkpoint_parts([actions, *sidecars], source)
+    return _checked_files(store.root_uri, merge_checkpoint_parts([actions, *sidecars], source))
+
+
+def _checked_files(root: str, checkpoint: LogActions) -> LogActions:
+    """``checkpoint``, once its file actions are known to be a reconciled set of live files;
+    else :class:`~deltastream.errors.CorruptCheckpointError` (and the fallback to an older
+    checkpoint or to the commits)."""
+    if not checkpoint.add_column:
+        raise CorruptCheckpointError(
+            checkpoint.source,
+            "no file of the checkpoint has an add column, so its live files are unknown",
+        )
+    repeated = repeated_add(checkpoint.file_actions, root)
+    if repeated is not None:
+        raise CorruptCheckpointError(
+            checkpoint.source,
+            f"more than one add row for {repeated!r}: a checkpoint holds each live file once",
+        )
+    return checkpoint
 
 
 async def _replay(

@@ -49,6 +49,7 @@ __all__ = [
     "action_keys",
     "file_keys",
     "has_duplicate_keys",
+    "repeated_add",
 ]
 
 #: Either kind of Arrow column (annotation only: pyarrow's classes are not generic at runtime).
@@ -135,8 +136,30 @@ def has_duplicate_keys(actions: pa.Table, table_root: str) -> bool:
         ]
     )
     keys = action_keys(actions, table_root, canonicalize)
-    distinct: int = pc.count_distinct(keys, mode="all").as_py()
-    return distinct < actions.num_rows
+    return len(pc.unique(keys)) < actions.num_rows
+
+
+def repeated_add(actions: pa.Table, table_root: str) -> str | None:
+    """The path of a logical file (path and deletion vector) that more than one ``add`` row of
+    ``actions`` names, if any. A checkpoint is reconciled, so a valid one has none; taking
+    its rows as they are would read that file's rows twice."""
+    add = actions.column("add")
+    n = len(add) - add.null_count
+    if n < 2:
+        return None
+    # Keys of the null rows (removes) are null, one distinct value between them. Nothing is
+    # copied but the distinct keys (pc.unique hashes faster than pc.count_distinct).
+    paths = pc.struct_field(add, "path")
+    keys = file_keys(paths, pc.struct_field(add, "deletionVector"), table_root,
+                     _has_absolute([paths]))  # fmt: skip
+    distinct = pc.unique(keys)
+    if len(distinct) - distinct.null_count == n:
+        return None
+    keys = keys.filter(pc.is_valid(add))
+    counts = pc.value_counts(keys)
+    repeated = counts.filter(pc.greater(counts.field("counts"), pa.scalar(1, pa.int64())))
+    key: str = repeated.field("values")[0].as_py()
+    return key.split(_KEY_SEPARATOR, 1)[0]
 
 
 def _drop_keys(table: pa.Table, keys: AnyArray, touched: pa.Array[Any]) -> pa.Table:

@@ -1,6 +1,7 @@
 """Mutation fuzzing of Delta logs: does every broken log give a clear error?
 
-Each input is a real table (a corpus table, copied) with one log file mutated: a commit,
+Each input is a real table (a corpus table, or one written here by ``deltalake``: change data
+with updates and deletes, a checkpoint, an optimize; copied) with one log file mutated: a commit,
 a checkpoint (classic, multi-part, V2 JSON or parquet, a sidecar), ``_last_checkpoint``, a
 ``.crc`` or a deletion-vector file. The mutations are structural (an action or a field
 dropped, duplicated, nulled, given another type; lines swapped or repeated) and byte-level
@@ -10,8 +11,11 @@ and reads the change data feed, in a worker process with a time limit and a memo
 Each input's outcome is one of:
 
 * ``ok``: everything read, and the same as from the unmutated table;
-* ``ok-different``: everything read, differently (the mutation made another valid log, e.g.
-  a value changed or a line dropped: counted, for review, not a failure in itself);
+* ``ok-different``: everything read, differently, and delta-kernel-rs reads the same rows
+  from the mutated table (the mutation made another valid log, e.g. a value changed or a
+  line dropped); ``ok-disputed``: read differently, and delta-kernel-rs refuses the table or
+  reads other rows (counted and listed for review: the two readers may differ in what they
+  accept, not a failure in itself);
 * ``error``: a ``DeltaStreamError`` naming the file (or table) it is about (the wanted
   outcome for a broken log); ``unnamed-error``: one that names neither (a finding);
 * ``crash``: any other exception: a bug, printed with the input that caused it;
@@ -61,8 +65,60 @@ TABLES = [
     "delta-rs/crates/test/tests/data/simple_table",
 ]
 
+#: Tables written by delta-rs for the campaign (in :data:`GENERATED`, once per machine and
+#: ``deltalake`` version: their file names are random, so inputs replay on the machine that
+#: generated them).
+WRITTEN = ["deltalake/cdf-updates-checkpoint", "deltalake/optimized"]
+GENERATED = Path(tempfile.gettempdir()) / "deltastream-fuzz-tables"
+
+
+def _source(table: str) -> Path:
+    return GENERATED / table if table in WRITTEN else CORPORA / table
+
+
+def write_tables() -> None:
+    """Write :data:`WRITTEN` with ``deltalake`` unless already there."""
+    import deltalake
+    import pyarrow as pa
+
+    root = GENERATED / deltalake.__version__
+    if all((root / t / "_delta_log").is_dir() for t in WRITTEN):
+        _link(root)
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    cdf = root / "deltalake/cdf-updates-checkpoint"
+    config = {"delta.enableChangeDataFeed": "true"}
+    for i in range(4):
+        rows = pa.table({"id": [3 * i, 3 * i + 1, 3 * i + 2], "p": [i % 2] * 3})
+        deltalake.write_deltalake(str(cdf), rows, partition_by=["p"], mode="append",
+                                  configuration=config)  # fmt: skip
+    table = deltalake.DeltaTable(str(cdf))
+    table.update(updates={"id": "id + 100"}, predicate="id < 2")
+    table.delete("id = 5")
+    table.create_checkpoint()
+    deltalake.write_deltalake(str(cdf), pa.table({"id": [50], "p": [1]}), mode="append")
+    optimized = root / "deltalake/optimized"
+    for i in range(4):
+        deltalake.write_deltalake(str(optimized), pa.table({"id": [i]}), mode="append")
+    deltalake.DeltaTable(str(optimized)).optimize.compact()
+    _link(root)
+
+
+def _link(root: Path) -> None:
+    for table in WRITTEN:
+        link = GENERATED / table
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(root / table, target_is_directory=True)
+
+
 #: Every outcome, and those that are findings (bugs).
-OUTCOMES = ("ok", "ok-different", "error", "unnamed-error", "crash", "hang", "memory")
+OUTCOMES = (
+    "ok", "ok-different", "ok-disputed", "error", "unnamed-error", "crash", "hang", "memory"
+)  # fmt: skip
+#: Outcomes listed after the counts, for review.
+REVIEW = ("ok-disputed",)
 FINDINGS = ("unnamed-error", "crash", "hang", "memory")
 
 TIME_LIMIT = 10.0
@@ -177,8 +233,8 @@ def _log_files(table: Path) -> list[Path]:
 
 def make_input(seed: int, index: int) -> Input:
     rng = random.Random(f"{seed}:{index}")
-    table = rng.choice(TABLES)
-    root = CORPORA / table
+    table = rng.choice(TABLES + WRITTEN)
+    root = _source(table)
     files = _log_files(root)
     target = rng.choice(files)
     return Input(seed, index, table, str(target.relative_to(root)), "")
@@ -189,7 +245,7 @@ def materialise(item: Input, workdir: Path) -> tuple[Path, str]:
     mutation's description."""
     rng = random.Random(f"{item.seed}:{item.index}:mutate")
     table = workdir / "t"
-    shutil.copytree(CORPORA / item.table, table)
+    shutil.copytree(_source(item.table), table)
     target = table / item.file
     data = target.read_bytes()
     text_like = target.suffix in (".json", ".crc") or target.name == "_last_checkpoint"
@@ -205,10 +261,15 @@ def materialise(item: Input, workdir: Path) -> tuple[Path, str]:
 # --- running one input ------------------------------------------------------------------------
 
 
-def _consume(table: str) -> str:
-    """Read everything; a digest of what was read (snapshot version, rows, change rows)."""
+def _rows_digest(rows: Any) -> str:
     import hashlib
 
+    lines = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows.to_pylist())
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _consume(table: str) -> str:
+    """Read everything; a digest of what was read (snapshot version, rows, change rows)."""
     import deltastream as ds
 
     snapshot = ds.read_snapshot(table)
@@ -216,11 +277,27 @@ def _consume(table: str) -> str:
     changes = ds.read_changes(
         table, start_version=0, infer_without_cdf=True, allow_empty_range=True
     ).read_all()
-    digest = hashlib.sha256(str(snapshot.version).encode())
-    for t in (rows, changes):
-        lines = sorted(json.dumps(r, sort_keys=True, default=str) for r in t.to_pylist())
-        digest.update("\n".join(lines).encode())
-    return digest.hexdigest()
+    return f"{snapshot.version}:{_rows_digest(rows)}:{_rows_digest(changes)}"
+
+
+def _kernel_agrees(table: str) -> tuple[bool, str]:
+    """Whether delta-kernel-rs reads the same rows from ``table`` as deltastream (which read
+    it without error), and if not, why."""
+    import delta_kernel_rust_sharing_wrapper as kernel
+
+    import deltastream as ds
+
+    ours = _rows_digest(ds.read_rows(table).read_all())
+    uri = Path(table).resolve().as_uri() + "/"
+    try:
+        engine = kernel.PythonInterface(uri)
+        snapshot = kernel.Table(uri).snapshot(engine)
+        theirs = kernel.ScanBuilder(snapshot).build().execute(engine).read_all()
+    except BaseException as e:  # a Rust panic is a BaseException
+        return False, f"delta-kernel-rs refuses it: {type(e).__name__}: {str(e)[:200]}"
+    if _rows_digest(theirs) == ours:
+        return True, ""
+    return False, f"delta-kernel-rs reads other rows ({theirs.num_rows} rows)"
 
 
 _BASELINES: dict[str, str] = {}
@@ -231,20 +308,26 @@ def _baseline(item: Input) -> str:
     if item.table not in _BASELINES:
         with tempfile.TemporaryDirectory() as tmp:
             table = Path(tmp) / "t"
-            shutil.copytree(CORPORA / item.table, table)
+            shutil.copytree(_source(item.table), table)
             _BASELINES[item.table] = _consume(str(table))
     return _BASELINES[item.table]
 
 
 def run_one(item: Input, queue: Any) -> None:
     """Worker body: materialise, consume, report (outcome, detail)."""
+    import logging
+
+    logging.disable(logging.WARNING)  # fallbacks warn: the outcome is what counts here
     with tempfile.TemporaryDirectory() as tmp:
         table, what = materialise(item, Path(tmp))
         from deltastream.errors import DeltaStreamError
 
         try:
-            same = _consume(str(table)) == _baseline(item)
-            queue.put(("ok" if same else "ok-different", what, ""))
+            if _consume(str(table)) == _baseline(item):
+                queue.put(("ok", what, ""))
+            else:
+                agrees, why = _kernel_agrees(str(table))
+                queue.put(("ok-different" if agrees else "ok-disputed", what, why))
         except DeltaStreamError as e:
             # A clear error names the file (or at least the table) it is about.
             named = str(Path(tmp)) in str(e)
@@ -292,6 +375,7 @@ def _rss(pid: int | None) -> int:
 def campaign(
     seed: int, inputs: int, jobs: int, report: Callable[[Input, str, str, str], None]
 ) -> collections.Counter[str]:
+    write_tables()
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["deltastream", "pyarrow"])
     counts: collections.Counter[str] = collections.Counter()
@@ -313,21 +397,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--replay", help="SEED:INDEX: run one input and show its outcome")
+    parser.add_argument("--review", action="store_true", help="also list ok-disputed inputs")
     args = parser.parse_args(argv)
     if args.replay:
         seed, index = map(int, args.replay.split(":"))
+        write_tables()
         item = make_input(seed, index)
         outcome, what, detail = run_input(item, mp.get_context("forkserver"))
         print(f"{item.ref} {item.table}/{item.file} ({what}): {outcome}\n{detail}")
         return 0
     started = time.monotonic()
     findings: list[str] = []
+    review: list[str] = []
 
     def report(item: Input, outcome: str, what: str, detail: str) -> None:
+        line = f"--- {outcome} {item.ref}: {item.table}/{item.file} ({what})\n{detail}"
         if outcome in FINDINGS:
-            findings.append(
-                f"--- {outcome} {item.ref}: {item.table}/{item.file} ({what})\n{detail}"
-            )
+            findings.append(line)
+        elif outcome in REVIEW:
+            review.append(line)
 
     counts = campaign(args.seed, args.inputs, args.jobs, report)
     elapsed = time.monotonic() - started
@@ -335,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         f"inputs {args.inputs} (seed {args.seed}, {args.jobs} jobs, {elapsed:.0f} s): "
         + ", ".join(f"{k} {counts[k]}" for k in OUTCOMES)
     )
+    for line in review if args.review else ():
+        print(line)
     for finding in findings:
         print(finding)
     return 1 if findings else 0

@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from botocore.exceptions import ProfileNotFound
 
+from deltastream.errors import InvalidArgumentError
 from deltastream.storage.s3.options import S3Options
 
 #: Seconds one SQS ReceiveMessage long poll may wait for a message (SQS allows 0 to 20).
@@ -75,14 +77,21 @@ async def open_client(opts: S3Options, service: str, stack: AsyncExitStack) -> A
             read_timeout=max(opts.read_timeout, SQS_WAIT_SECONDS + 10),
             max_pool_connections=4,
         )
-    return await stack.enter_async_context(
-        session.create_client(
-            service,
-            region_name=region,
-            endpoint_url=opts.endpoint_url,
-            aws_access_key_id=opts.access_key_id,
-            aws_secret_access_key=opts.secret_access_key,
-            aws_session_token=opts.session_token,
-            config=config,
+    try:
+        return await stack.enter_async_context(
+            session.create_client(
+                service,
+                region_name=region,
+                endpoint_url=opts.endpoint_url,
+                aws_access_key_id=opts.access_key_id,
+                aws_secret_access_key=opts.secret_access_key,
+                aws_session_token=opts.session_token,
+                config=config,
+            )
         )
-    )
+    except ProfileNotFound:
+        raise InvalidArgumentError(
+            f"storage option 'profile': no profile {opts.profile!r} in the AWS config or "
+            "credentials files (~/.aws/config, ~/.aws/credentials, or those AWS_CONFIG_FILE "
+            "and AWS_SHARED_CREDENTIALS_FILE name)"
+        ) from None

@@ -7,6 +7,8 @@ checks its values; :data:`STORAGE_OPTION_NAMES` lists every name it accepts.
 
 from __future__ import annotations
 
+import configparser
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,6 +37,9 @@ _OPTION_ALIASES: dict[str, str] = {
     "aws_session_token": "session_token",
     "profile": "profile",
     "aws_profile": "profile",
+    "credentials_file": "credentials_file",
+    "shared_credentials_file": "credentials_file",
+    "aws_shared_credentials_file": "credentials_file",
     "addressing_style": "addressing_style",
     "aws_virtual_hosted_style_request": "virtual_hosted_style",
     "virtual_hosted_style_request": "virtual_hosted_style",
@@ -62,7 +67,11 @@ class S3Options:
     """Connection and retry settings for :class:`S3Store`.
 
     Credentials left unset fall back to the standard AWS chain (environment, shared config
-    and credentials files, container and instance metadata).
+    and credentials files, container and instance metadata). The storage option
+    ``credentials_file`` names an AWS shared credentials file (``[profile]`` sections of
+    ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``) whose keys are
+    used instead, environment or not, so that secrets live in a file only their user can
+    read rather than on a command line; ``profile`` picks its section (default: ``default``).
 
     ``sqs_queue_url`` (storage option ``sqs_queue_url`` or ``AWS_SQS_QUEUE_URL``, any case) is
     the URL of an SQS queue that receives the bucket's ``s3:ObjectCreated:*`` event
@@ -94,6 +103,7 @@ class S3Options:
     def from_storage_options(cls, options: Mapping[str, str] | None) -> S3Options:
         """Build options from a ``storage_options`` mapping (keys are case-insensitive)."""
         values: dict[str, Any] = {}
+        credentials_file: tuple[str, str] | None = None
         for raw_key, raw_value in (options or {}).items():
             key = _OPTION_ALIASES.get(raw_key.lower())
             if key is None:
@@ -112,8 +122,12 @@ class S3Options:
                     raise InvalidArgumentError(f"storage option {raw_key!r} must be >= 1")
             elif key in ("retry_base_delay", "retry_max_delay", "connect_timeout", "read_timeout"):
                 values[key] = _parse_number(raw_key, value, float)
+            elif key == "credentials_file":
+                credentials_file = (raw_key, value)
             else:
                 values[key] = value
+        if credentials_file is not None:
+            values.update(_file_credentials(*credentials_file, values))
         style = values.get("addressing_style")
         if style is not None and style not in ("path", "virtual", "auto"):
             raise InvalidArgumentError(
@@ -126,6 +140,45 @@ class S3Options:
                 f"https://sqs.us-east-1.amazonaws.com/123456789012/name, not {queue!r}"
             )
         return cls(**values)
+
+
+_KEYS_IN_FILE = {
+    "aws_access_key_id": "access_key_id",
+    "aws_secret_access_key": "secret_access_key",
+    "aws_session_token": "session_token",
+}
+
+
+def _file_credentials(name: str, value: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The keys of profile ``values["profile"]`` (default ``default``) in the AWS shared
+    credentials file ``value``, read now (so that a typo in the path or the profile is an
+    error at once, and the file's keys are used, not the environment's): the fields to set,
+    the profile no longer among them."""
+    given = [k for k in _KEYS_IN_FILE.values() if k in values]
+    if given:
+        raise InvalidArgumentError(
+            f"storage option {name!r} and {given[0]!r} both give credentials: give one"
+        )
+    path = os.path.abspath(os.path.expanduser(value))
+    parser = configparser.RawConfigParser()
+    try:
+        with open(path, encoding="utf-8") as f:
+            parser.read_file(f)
+    except (OSError, UnicodeDecodeError, configparser.Error) as e:
+        raise InvalidArgumentError(
+            f"storage option {name!r}: cannot read {value!r} as an AWS credentials file: {e}"
+        ) from None
+    profile = values.pop("profile", None) or "default"
+    if not parser.has_section(profile):
+        raise InvalidArgumentError(f"storage option {name!r}: {value!r} has no [{profile}] profile")
+    section = parser[profile]
+    found = {field: section[key].strip() for key, field in _KEYS_IN_FILE.items() if key in section}
+    if "access_key_id" not in found or "secret_access_key" not in found:
+        raise InvalidArgumentError(
+            f"storage option {name!r}: the [{profile}] profile of {value!r} needs "
+            "aws_access_key_id and aws_secret_access_key"
+        )
+    return found
 
 
 def _truthy(value: str) -> bool:
