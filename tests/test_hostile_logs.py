@@ -283,3 +283,28 @@ def test_a_checkpoint_that_is_not_a_set_of_live_files_is_refused(
         assert run(["read", uri, "-o", str(tmp_path / "out.parquet")]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"deltastream: error: {info.value.path}")
+
+
+def test_a_mapped_column_without_a_physical_name_names_the_commit(tmp_path: Path) -> None:
+    import shutil
+
+    from conftest import CORPORA
+
+    uri = str(tmp_path / "t")
+    shutil.copytree(CORPORA / "delta-kernel-rs/data/cdf-column-mapping-name-mode", uri)
+
+    def unmap(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for a in actions:
+            if "metaData" in a:
+                schema = json.loads(a["metaData"]["schemaString"])
+                del schema["fields"][0]["metadata"]["delta.columnMapping.physicalName"]
+                a["metaData"]["schemaString"] = json.dumps(schema)
+        return actions
+
+    commit = rewrite_commit(uri, 0, unmap)
+    with pytest.raises(ds.InvalidTableStateError) as info:
+        ds.read_changes(uri, start_version=0).read_all()
+    assert str(info.value) == (
+        f"{commit}: column 'id' has no delta.columnMapping.physicalName although column "
+        "mapping mode is 'name'"
+    )

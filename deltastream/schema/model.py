@@ -17,6 +17,7 @@ encodings; :mod:`deltastream.read.variant` produces it from shredded and unshred
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -332,11 +333,43 @@ def column_mapping_mode(protocol: Protocol, metadata: Metadata) -> ColumnMapping
     if not supported:
         return ColumnMappingMode.NONE
     mode = metadata.configuration.get("delta.columnMapping.mode", "none").lower()
+    where = f"{metadata.source}: " if metadata.source else ""
     try:
-        return ColumnMappingMode(mode)
+        result = ColumnMappingMode(mode)
     except ValueError:
-        where = f"{metadata.source}: " if metadata.source else ""
         raise InvalidTableStateError(f"{where}unknown delta.columnMapping.mode {mode!r}") from None
+    if result is not ColumnMappingMode.NONE:
+        unmapped = _unmapped_column(metadata.schema_string, where)
+        if unmapped is not None:
+            raise InvalidTableStateError(
+                f"{where}column {unmapped!r} has no {PHYSICAL_NAME_KEY} although column "
+                f"mapping mode is {mode!r}"
+            )
+    return result
+
+
+@functools.lru_cache(maxsize=64)
+def _unmapped_column(schema_string: str | None, where: str) -> str | None:
+    """The first column (dotted path) of the schema without a physical name, if any: checked
+    where the mode is learnt, which knows the file the metaData came from (cached: readers
+    ask for the mode of one schema many times)."""
+
+    def walk(data_type: DataType, prefix: str) -> str | None:
+        if isinstance(data_type, ArrayType):
+            return walk(data_type.element_type, prefix)
+        if isinstance(data_type, MapType):
+            return walk(data_type.key_type, prefix) or walk(data_type.value_type, prefix)
+        if isinstance(data_type, StructType):
+            for f in data_type.fields:
+                path = f"{prefix}{f.name}"
+                if not isinstance(f.metadata.get(PHYSICAL_NAME_KEY), str):
+                    return path
+                found = walk(f.type, f"{path}.")
+                if found:
+                    return found
+        return None
+
+    return walk(parse_schema(schema_string, f"{where}metaData"), "")
 
 
 def table_schema(metadata: Metadata) -> StructType:
