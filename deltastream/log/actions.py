@@ -223,7 +223,8 @@ class Metadata:
             id=_get(d, "id", str, "metaData"),
             schema_string=_opt(d, "schemaString", str, "metaData"),
             partition_columns=partition_columns or (),
-            configuration=_str_map(d, "configuration", "metaData"),
+            # Required: taken as empty when missing, a change data feed would silently be off.
+            configuration=_str_map(d, "configuration", "metaData", required=True),
             format=Format(
                 provider=_opt(fmt, "provider", str, "metaData.format") or "parquet",
                 options=_str_map(fmt, "options", "metaData.format"),

@@ -54,6 +54,9 @@ _REQUIRED_FILE_FIELDS: dict[str, tuple[str, ...]] = {
     "cdc": ("path", "size", "partitionValues", "dataChange"),
 }
 
+#: Fields of file actions that are JSON objects (maps or structs) when present.
+_OBJECT_FIELDS = ("partitionValues", "tags", "deletionVector")
+
 _COMMIT_ONLY = frozenset({"cdc", "commitInfo"})
 _CHECKPOINT_ONLY = frozenset({"sidecar", "checkpointMetadata"})
 _KNOWN_ACTIONS = frozenset(
@@ -206,6 +209,12 @@ def _parse_file(
                 continue  # unknown actions are ignored, as the protocol requires
             if not isinstance(body, dict):
                 raise error(source, f"line {lineno}: {name} action must be an object")
+            if name in _REQUIRED_FILE_FIELDS:
+                for key in _OBJECT_FIELDS:
+                    value = body.get(key)
+                    if value is not None and not isinstance(value, dict):
+                        # Arrow would take a list of pairs (or of nothing) as a map.
+                        raise error(source, f"line {lineno}: {name}.{key} must be an object")
             try:
                 if name == "add":
                     rows.adds.append(body)

@@ -254,7 +254,11 @@ def materialise(item: Input, workdir: Path) -> tuple[Path, str]:
         if text_like and rng.random() < 0.8
         else _mutate_bytes(rng, data)
     )
+    stat = target.stat()
     target.write_bytes(mutated)
+    # The file keeps its time: commit timestamps come from it, and a new one would make
+    # every mutated commit read "differently".
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     return table, what
 
 

@@ -667,11 +667,15 @@ def test_deeply_nested_line() -> None:
         ({"remove": {"path": "r"}}, "dataChange"),
         ({"cdc": {"path": "c", "size": 1, "partitionValues": {}}}, "dataChange"),
         ({"add": {k: v for k, v in ADD_C["add"].items() if k != "size"}}, "size"),
+        # Taken as empty, a missing configuration would turn the change data feed off.
+        (
+            {"metaData": {k: v for k, v in METADATA["metaData"].items() if k != "configuration"}},
+            "configuration",
+        ),
+        ({"metaData": {**METADATA["metaData"], "configuration": None}}, "configuration"),
     ],
 )
-def test_file_actions_lacking_a_required_field_are_refused(
-    action: dict[str, Any], field: str
-) -> None:
+def test_actions_lacking_a_required_field_are_refused(action: dict[str, Any], field: str) -> None:
     with pytest.raises(CorruptCommitError, match=f"line 1: .* lacks required field '{field}'"):
         parse_commit(SOURCE, ndjson(action))
 
@@ -700,3 +704,12 @@ def test_file_actions_breaking_a_rule_are_refused_where_parsed(edit: Any, messag
     edit(add)
     with pytest.raises(CorruptCommitError, match=f"line 2: add action .*{message}"):
         parse_commit(SOURCE, ndjson(ADD_C, {"add": add}))
+
+
+@pytest.mark.parametrize("field", ["partitionValues", "tags", "deletionVector"])
+@pytest.mark.parametrize("value", [[], "", 1])
+def test_object_fields_of_file_actions_must_be_objects(field: str, value: Any) -> None:
+    # pyarrow would read [] (a list of no pairs) as an empty map.
+    action = {"add": {**ADD_C["add"], field: value}}
+    with pytest.raises(CorruptCommitError, match=f"line 2: add.{field} must be an object"):
+        parse_commit(SOURCE, ndjson(COMMIT_INFO, action))
