@@ -23,6 +23,7 @@ from deltastream.errors import (
 )
 
 CDF = {"delta.enableChangeDataFeed": "true"}
+CORPORA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "corpora").resolve()
 
 
 def hostile_table(tmp_path: Path, path_in_log: str | None = None) -> tuple[str, Path]:
@@ -58,8 +59,8 @@ class Hostile:
     error: type[Exception]
     fragment: str
     names: str
-    #: Whether the change feed from version 0 exists to be refused (a table whose commits
-    #: are gone has none: the error is then that they are missing).
+    #: Whether the change feed from version 0 is refused too (a table whose commits are
+    #: gone has none; one whose commits are each valid has a valid one).
     has_change_feed: bool = True
 
 
@@ -157,6 +158,24 @@ def _checkpoint_repeats_an_add(tmp_path: Path) -> Hostile:
     )
 
 
+def _file_live_twice(tmp_path: Path) -> Hostile:
+    """A deletion vector updated without the old one's file removed: version 6 of this
+    corpus table removes its data file *without* the deletion vector it was live with (so
+    that logical file stays live) and adds it with a new one. Every commit is valid."""
+    import shutil
+
+    table = tmp_path / "t"
+    shutil.copytree(CORPORA / "delta-kernel-rs/data/cdf-table-with-dv", table)
+    commit = table / "_delta_log" / f"{6:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines() if line]
+    for a in actions:
+        if "remove" in a:
+            del a["remove"]["deletionVector"]
+    commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    return Hostile(str(table), InvalidTableStateError, "is live more than once", "version 6",
+                   has_change_feed=False)  # fmt: skip
+
+
 #: Every kind of hostile or invalid log, by name: built under a directory given.
 HOSTILE: dict[str, Callable[[Path], Hostile]] = {
     "external-path": _external,
@@ -189,4 +208,5 @@ HOSTILE: dict[str, Callable[[Path], Hostile]] = {
     "unparseable-partition-value": _bad_partition_value,
     "schema-nested-400-deep": _deep_schema,
     "checkpoint-repeats-an-add": _checkpoint_repeats_an_add,
+    "file-live-twice": _file_live_twice,
 }

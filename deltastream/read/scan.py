@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.read.batch_stream import BatchStream
-from deltastream.read.confinement import refuse_outside
 from deltastream.read.deletion_vectors import load_deletion_vector
+from deltastream.read.live_files import check_live_files
 from deltastream.read.predicates import (
     Predicate,
     may_match,
@@ -104,13 +104,7 @@ async def live_file_reads(
     appended to every row (the change data feed's columns, for a snapshot as inserts). The
     files become Python objects a chunk at a time, whatever their number."""
     wanted = files.select(["path", "partitionValues", "size", "deletionVector"])
-    refuse_outside(
-        store,
-        f"{store.root_uri}/_delta_log (the snapshot)",
-        version,
-        [wanted.column("path")],
-        [wanted.column("deletionVector")],
-    )
+    check_live_files(store, version, wanted)
     for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
         for row in chunk.to_pylist(maps_as_pydicts="strict"):
             exclude = None

@@ -50,6 +50,7 @@ __all__ = [
     "file_keys",
     "has_duplicate_keys",
     "repeated_add",
+    "repeated_path",
 ]
 
 #: Either kind of Arrow column (annotation only: pyarrow's classes are not generic at runtime).
@@ -139,27 +140,30 @@ def has_duplicate_keys(actions: pa.Table, table_root: str) -> bool:
     return len(pc.unique(keys)) < actions.num_rows
 
 
-def repeated_add(actions: pa.Table, table_root: str) -> str | None:
-    """The path of a logical file (path and deletion vector) that more than one ``add`` row of
-    ``actions`` names, if any. A checkpoint is reconciled, so a valid one has none; taking
-    its rows as they are would read that file's rows twice."""
-    add = actions.column("add")
-    n = len(add) - add.null_count
+def repeated_path(paths: AnyArray, table_root: str) -> str | None:
+    """A data file that ``paths`` (nulls aside) name more than once, if any, compared in
+    canonical form where any is absolute.
+
+    Live files are a set: one data file live twice, whatever its deletion vectors (a
+    checkpoint repeating a row, or a log that adds a file with a new deletion vector without
+    removing it with the old one), would have its rows read twice. Nothing is copied but
+    the distinct paths (``pc.unique`` hashes faster than ``pc.count_distinct``)."""
+    n = len(paths) - paths.null_count
     if n < 2:
         return None
-    # Keys of the null rows (removes) are null, one distinct value between them. Nothing is
-    # copied but the distinct keys (pc.unique hashes faster than pc.count_distinct).
-    paths = pc.struct_field(add, "path")
-    keys = file_keys(paths, pc.struct_field(add, "deletionVector"), table_root,
-                     _has_absolute([paths]))  # fmt: skip
+    keys = canonical_paths(table_root, paths) if _has_absolute([paths]) else paths
     distinct = pc.unique(keys)
     if len(distinct) - distinct.null_count == n:
         return None
-    keys = keys.filter(pc.is_valid(add))
-    counts = pc.value_counts(keys)
+    counts = pc.value_counts(pc.drop_null(keys))
     repeated = counts.filter(pc.greater(counts.field("counts"), pa.scalar(1, pa.int64())))
-    key: str = repeated.field("values")[0].as_py()
-    return key.split(_KEY_SEPARATOR, 1)[0]
+    path: str = repeated.field("values")[0].as_py()
+    return path
+
+
+def repeated_add(actions: pa.Table, table_root: str) -> str | None:
+    """:func:`repeated_path` for the ``add`` rows of a file-actions table (a checkpoint)."""
+    return repeated_path(pc.struct_field(actions.column("add"), "path"), table_root)
 
 
 def _drop_keys(table: pa.Table, keys: AnyArray, touched: pa.Array[Any]) -> pa.Table:

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from deltastream.changes.cdf import ChangePlan, plan_changes
 from deltastream.changes.planner import ChangeSchemas
 from deltastream.errors import InvalidArgumentError
-from deltastream.read.confinement import refuse_outside
+from deltastream.read.live_files import check_live_files
 from deltastream.read.reader import ReadSchema
 from deltastream.read.scan import snapshot_read_schema, table_read_schema
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
@@ -141,14 +141,7 @@ async def _partitions(source: SourceOptions) -> list[FilePartition]:
             return partitions
         snapshot = await _load(store, source)
         schema = snapshot_read_schema(snapshot)
-        files = snapshot.files
-        refuse_outside(
-            store,
-            f"{uri}/_delta_log (the snapshot)",
-            snapshot.version,
-            [files.column("path")],
-            [files.column("deletionVector")],
-        )
+        check_live_files(store, snapshot.version, snapshot.files)
         return list(_snapshot_partitions(uri, options, snapshot, schema, source))
 
 

@@ -54,7 +54,8 @@ from deltastream.errors import (
 from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
-from deltastream.read.confinement import refuse_outside, refuse_outside_actions
+from deltastream.read.confinement import refuse_outside_actions
+from deltastream.read.live_files import check_live_files
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.read.scan import table_read_schema
 from deltastream.schema.evolution import schema_problem
@@ -401,13 +402,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._snapshot is not None and self._snapshot[0] == version:
             return self._snapshot[1], self._snapshot[2]
         snapshot = await load_snapshot(store, version)
-        refuse_outside(
-            store,
-            f"{self._plan.uri}/_delta_log (the snapshot)",
-            version,
-            [snapshot.files.column("path")],
-            [snapshot.files.column("deletionVector")],
-        )
+        check_live_files(store, version, snapshot.files)
         constants: tuple[Any, ...] = ()
         if self._plan.changes is not None:
             constants = ("insert", version, (snapshot.timestamp_ms or 0) * 1000)

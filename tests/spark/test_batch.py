@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from conftest import CORPORA
 from deltalake import DeltaTable, write_deltalake
-from hostile_tables import hostile_table
+from hostile_tables import HOSTILE, hostile_table
 
 import deltastream as ds
 from deltastream.read.reader import FileRead
@@ -172,6 +172,18 @@ def test_files_outside_the_table_need_allow_external_paths(spark: Any, tmp_path:
         .load(table)
     )
     assert sorted(r.id for r in changes.collect()) == [0, 1, 2, 100, 101]
+
+
+@pytest.mark.parametrize("case", ["file-live-twice", "same-add-twice", "external-path"])
+def test_a_hostile_table_fails_the_query_with_the_named_error(
+    spark: Any, tmp_path: Path, case: str
+) -> None:
+    """The same error as from every other consumer (``tests/test_hostile_consumers.py``)."""
+    hostile = HOSTILE[case](tmp_path)
+    with pytest.raises(Exception) as info:
+        spark.read.format("deltastream").load(hostile.uri).collect()
+    assert hostile.fragment in str(info.value) and hostile.names in str(info.value)
+    assert hostile.error.__name__ in str(info.value)
 
 
 @pytest.mark.parametrize(
