@@ -5,6 +5,8 @@ its change data feed; follow it (:func:`tail`, :class:`Tailer`, :class:`Service`
 and the errors.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
 from typing import TYPE_CHECKING, Any
 
 from deltastream.changes.api import read_changes, table_changes
@@ -52,6 +54,7 @@ from deltastream.errors import (
     LogFileTooLargeError,
     MissingVersionsError,
     ObjectNotFoundError,
+    OutputClosedError,
     PreconditionFailedError,
     SchemaChangeError,
     SinkError,
@@ -87,7 +90,11 @@ from deltastream.storage import ObjectStore, open_store
 if TYPE_CHECKING:
     from deltastream.storage.s3 import S3Options
 
-__version__ = "0.1.0"
+try:
+    # The one source of the version is pyproject.toml's [project] version, as installed.
+    __version__ = _installed_version("deltastream")
+except PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:
@@ -137,6 +144,7 @@ __all__ = [
     "OnMissingFile",
     "OnMissingVersions",
     "OnSchemaChange",
+    "OutputClosedError",
     "ParquetSink",
     "Position",
     "PreconditionFailedError",

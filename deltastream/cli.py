@@ -2,14 +2,18 @@
 
 Every subcommand prints JSON to stdout. Any error deltastream recognises is printed as one
 line on stderr (``deltastream: error: …``) with exit status 2; warnings (e.g. a corrupt
-``_last_checkpoint`` that was worked around) go to stderr too.
+``_last_checkpoint`` that was worked around) go to stderr too. When the reader of stdout
+goes away (``deltastream files T | head -1``) the command ends quietly with status 141
+(128 + SIGPIPE, as ``cat`` or ``grep`` would).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -18,13 +22,23 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import anyio.abc
 import pyarrow as pa
 
+from deltastream import __version__
 from deltastream.changes.api import read_changes
+from deltastream.daemon import sd_notify
+from deltastream.daemon.address import parse_address
 from deltastream.daemon.api import default_stream_name
 from deltastream.daemon.config import load_config
-from deltastream.daemon.logs import LOG_FORMATS, configure_logging
-from deltastream.daemon.progress import TerminalProgress
+from deltastream.daemon.logs import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    LOG_SUMMARY_INTERVAL,
+    configure_logging,
+)
+from deltastream.daemon.preflight import check_service
+from deltastream.daemon.progress import PROGRESS_MODES, progress_bar
 from deltastream.daemon.redaction import Redactor
 from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, ServiceConfig, single_stream
@@ -37,7 +51,7 @@ from deltastream.daemon.stream_config import (
     tail_config,
 )
 from deltastream.demo import run_demo
-from deltastream.errors import DeltaStreamError, InvalidArgumentError
+from deltastream.errors import DeltaStreamError, InvalidArgumentError, OutputClosedError
 from deltastream.log.actions import AddFile
 from deltastream.output import write_json_lines, write_parquet
 from deltastream.read.api import read_rows
@@ -49,6 +63,8 @@ from deltastream.storage.paths import CONFINED, ExternalPaths
 __all__ = ["main"]
 
 EXIT_ERROR = 2
+#: The status when stdout's reader went away: what a program killed by SIGPIPE reports.
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 def _storage_options(pairs: Sequence[str]) -> dict[str, str]:
@@ -120,6 +136,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log debug information to stderr"
     )
+    parser.add_argument("--version", action="version", version=f"deltastream {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     snap = sub.add_parser("snapshot", help="print a table's version, protocol and metadata")
@@ -237,7 +254,16 @@ def _build_parser() -> argparse.ArgumentParser:
         "demo", help="create a local table, keep writing to it, and tail it (Ctrl-C stops)"
     )
     demo.add_argument(
-        "--path", default="deltastream-demo", help="where to create the demo table (replaced)"
+        "--path",
+        default="deltastream-demo",
+        help="the demo's directory: its table/ and state/ are replaced on each run; a "
+        "non-empty directory the demo did not create is refused",
+    )
+    demo.add_argument(
+        "--force",
+        action="store_true",
+        help="use --path even though the demo did not create it (it still deletes nothing "
+        "it did not create)",
     )
     demo.add_argument("--duration", type=float, help="stop after this many seconds")
     demo.add_argument(
@@ -255,15 +281,25 @@ def _add_daemon_args(p: argparse.ArgumentParser, *, defaults: bool = True) -> No
     )
     p.add_argument(
         "--log-level",
-        choices=["debug", "info", "warning", "error"],
+        choices=list(LOG_LEVELS),
         default="info" if defaults else None,
         help="default: info",
     )
     p.add_argument(
+        "--log-summary-every",
+        dest="log_summary_interval",
+        type=float,
+        default=LOG_SUMMARY_INTERVAL if defaults else None,
+        metavar="SECONDS",
+        help=f"log each stream's versions and rows delivered every SECONDS (default "
+        f"{LOG_SUMMARY_INTERVAL:g}; 0: never)",
+    )
+    p.add_argument(
         "--progress",
-        choices=["auto", "always", "never"],
+        choices=list(PROGRESS_MODES),
         default="auto",
-        help="a progress bar on stderr while catching up (auto: when stderr is a terminal)",
+        help="a progress bar on stderr while catching up, with text logs only (auto: when "
+        "stderr is a terminal; always: even when not; refused with JSON logs)",
     )
 
 
@@ -350,28 +386,68 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         elif args.command in ("tail", "serve", "demo"):
             return _run_daemon(args, out)
     except DeltaStreamError as e:
-        print(f"deltastream: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        return _report(e)
+    except BaseExceptionGroup as group:
+        # anyio's task groups wrap what their tasks raise (the HTTP server failing to bind,
+        # the demo): one error inside is reported as if it had been raised alone.
+        error = _sole_error(group)
+        if isinstance(error, DeltaStreamError):
+            return _report(error)
+        if isinstance(error, KeyboardInterrupt):
+            return 130
+        if isinstance(error, BrokenPipeError):
+            return EXIT_CLOSED_PIPE
+        raise
+    except BrokenPipeError:  # the reader of the JSON on stdout went away (| head)
+        return EXIT_CLOSED_PIPE
     except KeyboardInterrupt:
         return 130
     return 0
 
 
+def _report(error: DeltaStreamError) -> int:
+    """Print ``error`` as the one line the user sees; the exit status."""
+    if isinstance(error, OutputClosedError):
+        return EXIT_CLOSED_PIPE  # stdout's reader went away: no one to tell, nothing wrong
+    print(f"deltastream: error: {error}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception in ``group``, through nested groups; ``None`` if there are more."""
+    if len(group.exceptions) != 1:
+        return None
+    (error,) = group.exceptions
+    return _sole_error(error) if isinstance(error, BaseExceptionGroup) else error
+
+
 def _tail_config(args: argparse.Namespace) -> ServiceConfig:
     name = args.name or default_stream_name(args.uri)
     tail = tail_config(name, args.uri, args.state, cli_options(args))
+    parse_sink(args.sink, table=name, stream=tail)  # a wrong spec fails now, once
+    if args.http:
+        parse_address(args.http, "--http")
     config = single_stream(tail, args.sink, http_address=args.http or None)
-    return replace(config, log_format=args.log_format, log_level=args.log_level)
+    return replace(
+        config,
+        log_format=args.log_format,
+        log_level=args.log_level,
+        log_summary_interval=args.log_summary_interval,
+    )
 
 
 def _serve_config(args: argparse.Namespace) -> ServiceConfig:
     config = load_config(args.config)
     if args.http is not None:
+        if args.http:
+            parse_address(args.http, "--http")
         config = replace(config, http_address=args.http or None)
     if args.log_format is not None:
         config = replace(config, log_format=args.log_format)
     if args.log_level is not None:
         config = replace(config, log_level=args.log_level)
+    if args.log_summary_interval is not None:
+        config = replace(config, log_summary_interval=args.log_summary_interval)
     return config
 
 
@@ -390,30 +466,57 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
                     duration=args.duration,
                     interval=args.interval,
                     stop=stop,
+                    force=args.force,
                 )
                 tg.cancel_scope.cancel()
 
         anyio.run(demo)
         return 0
     config = _tail_config(args) if args.command == "tail" else _serve_config(args)
-    configure_logging(config.log_format, "debug" if args.verbose else config.log_level)
+    # Decided before anything runs: --progress always with JSON logs is an error.
+    bar = progress_bar(args.progress, config.log_format, sys.stderr)
+    configure_logging(
+        config.log_format,
+        "debug" if args.verbose else config.log_level,
+        stream=bar.log_stream if bar is not None else None,
+    )
+    # An unusable state or sink location, or an HTTP address that cannot be bound, is an
+    # error now (exit 2), not a stream retrying for ever.
+    check_service(config)
     if args.command == "tail" and args.reset:
         (stream,) = config.streams
         tail = stream.tail
         sink = parse_sink(stream.sink, table=tail.name)
         anyio.run(lambda: reset_stream(tail.name, sink, tail.state, tail.resolved_state_options))
-    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    service = Service(config, progress=TerminalProgress(sys.stderr) if show else None)
+    service = Service(config, progress=bar)
+
+    def stop_service() -> None:
+        sd_notify.notify("STOPPING=1")
+        service.stop()
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signals, service.stop, tg.cancel_scope)
-            await service.run()
-            tg.cancel_scope.cancel()
+            tg.start_soon(_stop_on_signals, stop_service, tg.cancel_scope)
+            # Under systemd (Type=notify, WatchdogSec=): pings from this event loop.
+            tg.start_soon(sd_notify.watchdog)
 
-    anyio.run(main)
-    if service.failures and (args.command == "tail" or not service.stopping):
-        for error in service.failures.values():
+            async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                await service.run(task_status=task_status)
+                tg.cancel_scope.cancel()
+
+            await tg.start(run)
+            sd_notify.notify("READY=1")
+
+    try:
+        anyio.run(main)
+    finally:
+        if bar is not None:
+            bar.close()
+    failures = list(service.failures.values())
+    if failures and all(isinstance(e, OutputClosedError) for e in failures):
+        return EXIT_CLOSED_PIPE  # jsonl:- into a reader that went away
+    if failures and (args.command == "tail" or not service.stopping):
+        for error in failures:
             print(f"deltastream: error: {error}", file=sys.stderr)
         return EXIT_ERROR
     return 0
@@ -436,7 +539,23 @@ async def _stop_on_signals(stop: Callable[[], None], scope: anyio.CancelScope) -
 
 def main(argv: Sequence[str] | None = None) -> None:
     use_fast_allocator()
-    sys.exit(run(argv))
+    try:
+        status = run(argv)
+        sys.stdout.flush()  # a reader gone after the last write shows here
+    except BrokenPipeError:
+        status = EXIT_CLOSED_PIPE
+    if status == EXIT_CLOSED_PIPE:
+        _silence_stdout()
+    sys.exit(status)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is still
+    buffered for a closed pipe fails silently (the recipe of Python's ``signal`` docs)."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor (embedded)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
     └── SinkError                     a sink cannot deliver rows (retrying would not help)
         ├── HttpStatusError           an HTTP sink's endpoint rejected a delivery
         ├── SinkRecoveryError         the sink's output does not match the stream's state
-        └── SinkInUseError            another stream owns the sink's output
+        ├── SinkInUseError            another stream owns the sink's output
+        └── OutputClosedError         the reader of the sink's output went away (a closed pipe)
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ __all__ = [
     "LogFileTooLargeError",
     "MissingVersionsError",
     "ObjectNotFoundError",
+    "OutputClosedError",
     "PreconditionFailedError",
     "SchemaChangeError",
     "SinkError",
@@ -128,7 +130,8 @@ class StateConflictError(PreconditionFailedError):
 
 
 class TableNotFoundError(DeltaStreamError):
-    """The location holds no Delta table (no ``_delta_log`` or an empty one)."""
+    """The location holds no Delta table: it does not exist, is a file, or has no
+    ``_delta_log`` or an empty one (the message says which)."""
 
     def __init__(
         self, uri: str, problem: str = "not a Delta table: no commits or checkpoints in _delta_log"
@@ -221,6 +224,12 @@ class IncompleteCheckpointError(LogError):
 class InvalidTableStateError(LogError):
     """Replaying the log did not produce a valid table state (e.g. no protocol or metadata)."""
 
+
+#: How a user asks for the changes of versions written without change data, for messages.
+INFER_WITHOUT_CDF = (
+    "--infer-without-cdf (infer_without_cdf=True in Python, infer_without_cdf = true in the "
+    "TOML; the Spark source has no such option)"
+)
 
 #: How a user lets a table's log name files outside the table root, for messages.
 ALLOW_EXTERNAL_PATHS = (
@@ -357,8 +366,9 @@ class ChangeDataNotEnabledError(ChangeDataError):
             f"{uri}: change data is not available for version(s) "
             f"{_format_versions(_version_ranges(self.versions))}: they changed rows while the "
             "change data feed was not in force (delta.enableChangeDataFeed off, or writer "
-            "version 7 without the changeDataFeed writer feature); ask to infer changes from "
-            "add/remove actions to read them anyway"
+            "version 7 without the changeDataFeed writer feature); to read them anyway, as "
+            "whole-file deletes and inserts inferred from add/remove actions, pass "
+            f"{INFER_WITHOUT_CDF}"
         )
         self.uri = uri
 
@@ -425,6 +435,14 @@ class SinkRecoveryError(SinkError):
 
 class SinkInUseError(SinkError):
     """Another stream (in this process or another one) is writing to the same output."""
+
+    transient = False
+
+
+class OutputClosedError(SinkError):
+    """The reader of the sink's output went away for good: ``jsonl:-`` piped into a command
+    that exited (``deltastream tail … --sink jsonl:- | head``). The rows of the delivery
+    were not committed; the command line ends quietly, as on any closed pipe."""
 
     transient = False
 

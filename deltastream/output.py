@@ -6,6 +6,8 @@ strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (JSON has no such numbers), var
 depth) as the JSON value they hold (:func:`~deltastream.read.variant.variant_to_json`).
 A parquet output is written to a temporary file beside the target and renamed into place
 only when complete, so a failed run never leaves a partial file under the target name.
+Output files get the permissions the umask leaves, as any file a program opens for writing
+(:func:`create_temp_file`; the sinks' files too).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import decimal
 import json
 import math
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
@@ -26,7 +28,13 @@ import pyarrow.parquet as pq
 from deltastream.read.variant import variant_to_json
 from deltastream.schema.model import is_variant_arrow
 
-__all__ = ["batch_to_json_lines", "json_value", "write_json_lines", "write_parquet"]
+__all__ = [
+    "batch_to_json_lines",
+    "create_temp_file",
+    "json_value",
+    "write_json_lines",
+    "write_parquet",
+]
 
 
 def json_value(value: Any) -> Any:
@@ -101,13 +109,27 @@ def write_json_lines(batches: Iterable[pa.RecordBatch], out: TextIO) -> int:
     return rows
 
 
+def create_temp_file(directory: str | os.PathLike[str], prefix: str, suffix: str) -> str:
+    """A new, empty file ``{prefix}XXXXXXXX{suffix}`` (8 random hex digits) in ``directory``,
+    with the permissions the umask leaves of 0666, as ``open(path, "w")`` gives: unlike
+    ``tempfile.mkstemp``'s 0600, which a file renamed into place as an output would keep."""
+    for _ in range(100):
+        path = os.path.join(directory, f"{prefix}{secrets.token_hex(4)}{suffix}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return path
+    raise FileExistsError(f"{directory}: no free name for a temporary file {prefix}*{suffix}")
+
+
 def write_parquet(schema: pa.Schema, batches: Iterable[pa.RecordBatch], path: str) -> int:
     """Write all batches to one parquet file at ``path`` atomically; returns the row count."""
     target = os.path.abspath(path)
     directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".deltastream-", suffix=".parquet.tmp", dir=directory)
-    os.close(fd)
+    tmp = create_temp_file(directory, ".deltastream-", ".parquet.tmp")
     rows = 0
     try:
         with pq.ParquetWriter(tmp, schema) as writer:

@@ -76,7 +76,8 @@ def test_files_with_deletion_vectors() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["snapshot", "/definitely/not/here"], "not a Delta table"),
+        (["snapshot", "/definitely/not/here"], "/definitely/not/here: not a Delta table: no such"),
+        (["snapshot", "/definitely/../not/here"], "error: /not/here: not a Delta table"),
         (["snapshot", str(DV_TABLE), "--version", "99"], "cannot load version 99"),
         (["snapshot", str(DV_TABLE), "--timestamp", "soon"], "not an ISO-8601 timestamp"),
         (["snapshot", str(DV_TABLE), "--storage-option", "region"], "KEY=VALUE"),
@@ -211,3 +212,101 @@ def test_programs_use_jemalloc_unless_told_otherwise() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.strip() == "system"
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+    import tomllib
+
+    import deltastream
+
+    declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    version = declared["project"]["version"]  # the one place the version is written
+    assert importlib.metadata.version("deltastream") == version == deltastream.__version__
+    with pytest.raises(SystemExit) as exit_:
+        run(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"deltastream {version}\n"
+
+
+def test_a_directory_without_a_table_is_told_apart_from_a_missing_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("")
+    expected = {
+        "empty": "not a Delta table: no commits or checkpoints in _delta_log",
+        "missing": "not a Delta table: no such directory",
+        "file": "not a Delta table: a file, not a directory",
+    }
+    for name, problem in expected.items():
+        code, _ = cli("snapshot", str(tmp_path / "sub" / ".." / name))
+        assert code == 2
+        # The path as given, with "sub/.." resolved.
+        assert capsys.readouterr().err == f"deltastream: error: {tmp_path / name}: {problem}\n"
+
+
+def test_paths_are_echoed_normalised() -> None:
+    code, out = cli("snapshot", f"{DV_TABLE}/../delta/./")
+    assert code == 0 and json.loads(out)["table"] == str(DV_TABLE)
+
+
+def test_change_data_off_names_the_option_in_each_interface(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cdf_tables import upgraded_without_cdf_feature
+
+    upgraded_without_cdf_feature(str(tmp_path))
+    code, out = cli("changes", str(tmp_path), "--from", "2", "-o", "-")
+    err = capsys.readouterr().err
+    assert code == 2 and out == ""
+    assert err.startswith(f"deltastream: error: {tmp_path}: change data is not available for")
+    assert "pass --infer-without-cdf (infer_without_cdf=True in Python" in err
+    assert "infer_without_cdf = true in the TOML" in err
+    assert "the Spark source has no such option" in err
+    code, out = cli("changes", str(tmp_path), "--from", "2", "--infer-without-cdf", "-o", "-")
+    assert code == 0 and {json.loads(line)["_commit_version"] for line in out.splitlines()} == {2}
+
+
+BIG_OUTPUT = [
+    ["files", str(DV_TABLE)],
+    ["read", str(DV_TABLE), "-o", "-"],
+    ["changes", str(CDF_TABLE), "-o", "-"],
+]
+
+
+@pytest.mark.parametrize("argv", BIG_OUTPUT, ids=lambda argv: argv[0])
+def test_a_closed_stdout_ends_the_command_quietly(argv: list[str]) -> None:
+    """``deltastream files T | head -1``: the reader goes away; no traceback, status 141
+    (128 + SIGPIPE, what ``cat`` reports). The pipe is closed before the command writes, so
+    that every run meets it (a small output could otherwise fit in the pipe's buffer)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deltastream", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert stderr == ""
+
+
+def test_a_closed_stdout_after_some_output_ends_quietly(tmp_path: Path) -> None:
+    """The shell's ``| head -1`` itself, on an output far larger than a pipe's buffer: the
+    first line arrives, then the reader exits while the command still writes."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path), pa.table({"id": pa.array(range(200_000), pa.int64())}))
+    done = subprocess.run(
+        f"{sys.executable} -m deltastream read {tmp_path} -o - | head -1; "
+        'echo "status=${PIPESTATUS[0]}" >&2',
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout) == {"id": 0}
+    assert done.stderr == "status=141\n"

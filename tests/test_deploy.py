@@ -34,6 +34,8 @@ import pytest
 import yaml
 from conftest import S3Server, free_port
 from deltalake import DeltaTable
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from deltastream.changes.api import read_changes
 from deltastream.cli import _build_parser
@@ -52,6 +54,7 @@ CONFIG = DEPLOY / "config" / "deltastream.toml"
 K8S = DEPLOY / "kubernetes"
 UNIT = DEPLOY / "systemd" / "deltastream.service"
 WRITER = DEPLOY / "writer" / "write_demo_tables.py"
+CONSTRAINTS = DEPLOY / "constraints.txt"
 
 #: The daemon's default grace period, when a config does not set one.
 DEFAULT_GRACE = 8.0
@@ -97,8 +100,15 @@ def exec_form(text: str) -> list[str]:
     return value
 
 
+#: The init the image runs as PID 1, in front of the daemon (it reaps exec: sinks' orphans).
+IMAGE_INIT = ["/usr/bin/tini", "--"]
+
+
 def image_entrypoint() -> list[str]:
-    return exec_form(only(final_stage(), "ENTRYPOINT"))
+    """The image's ENTRYPOINT after its init: what the init runs (the daemon's command)."""
+    entrypoint = exec_form(only(final_stage(), "ENTRYPOINT"))
+    assert entrypoint[: len(IMAGE_INIT)] == IMAGE_INIT, f"no init in front: {entrypoint}"
+    return entrypoint[len(IMAGE_INIT) :]
 
 
 def image_uid() -> int:
@@ -298,6 +308,10 @@ def test_dockerfile_command_line_parses() -> None:
     assert args.http is None  # the config's [server] http applies
 
 
+#: A slim Python image pinned to an exact Python and Debian release (and maybe a digest).
+PINNED_BASE = r"python:(\d+)\.(\d+)\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?"
+
+
 def test_dockerfile_uses_a_slim_python_that_the_package_supports() -> None:
     instructions = dockerfile()
     defaults = dict(rest.split("=", 1) for kw, rest in instructions if kw == "ARG" and "=" in rest)
@@ -308,7 +322,7 @@ def test_dockerfile_uses_a_slim_python_that_the_package_supports() -> None:
     assert bases
     for base in bases:
         resolved = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], base)
-        match = re.fullmatch(r"python:(\d+)\.(\d+)-slim", resolved)
+        match = re.fullmatch(PINNED_BASE, resolved)
         assert match, f"not a slim Python base image: {base} ({resolved})"
         assert (int(match.group(1)), int(match.group(2))) >= floor
 
@@ -339,8 +353,11 @@ def test_dockerfile_installs_the_package_from_the_build_context() -> None:
     assert PurePosixPath(copied["pyproject.toml"]).parent == target
     assert PurePosixPath(copied["deltastream"]) == target / "deltastream"
     # The readme is part of the package metadata: the build needs it.
-    readme = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["readme"]
-    assert PurePosixPath(copied[readme]).parent == target
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert PurePosixPath(copied[project["readme"]]).parent == target
+    # So are the license files (the build fails without them).
+    for licence in project["license-files"]:
+        assert PurePosixPath(copied[licence]).parent == target
     # The runtime stage has the environment pip installed into, and its scripts on PATH.
     bin_dir = str(PurePosixPath(pips[0]).parent)
     venv = str(PurePosixPath(bin_dir).parent)
@@ -406,6 +423,78 @@ def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
                 assert not _ignored(source, patterns), f"COPY {source}: excluded"
     assert _ignored(".git", patterns)
     assert _ignored("deltastream/__pycache__/cli.cpython-312.pyc", patterns)
+
+
+def test_dockerfile_pins_one_base_image_for_both_stages() -> None:
+    """The same exact base in the build and runtime stages (the venv's interpreter symlinks
+    point into it), pinned to a Python patch release and a Debian release."""
+    instructions = dockerfile()
+    bases = {rest.split()[0] for kw, rest in instructions if kw == "FROM"}
+    assert len(bases) == 1, bases
+    (version,) = [rest for kw, rest in instructions if kw == "ARG" and "PYTHON_VERSION=" in rest]
+    assert re.fullmatch(r"PYTHON_VERSION=\d+\.\d+\.\d+", version), version
+    # deploy/constraints.txt is generated for the image's Python: its header says which.
+    assert f"Python {version.split('=')[1]} " in CONSTRAINTS.read_text()
+
+
+def test_dockerfile_runs_tini_as_pid_1() -> None:
+    final = final_stage()
+    entrypoint = exec_form(only(final, "ENTRYPOINT"))
+    assert entrypoint[: len(IMAGE_INIT)] == IMAGE_INIT
+    # No -g: SIGTERM goes to the daemon alone, so that an exec: sink's command can finish.
+    assert "-g" not in entrypoint
+    installs = " ".join(rest for kw, rest in final if kw == "RUN")
+    assert re.search(r"apt-get install -y --no-install-recommends (\S+ )*tini\b", installs)
+    assert "rm -rf /var/lib/apt/lists/*" in installs
+    # Installed before the switch to the unprivileged user (apt needs root).
+    first_user = min(i for i, (kw, _) in enumerate(final) if kw == "USER")
+    tini_run = min(i for i, (kw, rest) in enumerate(final) if kw == "RUN" and "tini" in rest)
+    assert tini_run < first_user
+
+
+def test_dockerfile_installs_with_the_constraints_file() -> None:
+    instructions = dockerfile()
+    copies = [rest.split() for kw, rest in instructions if kw == "COPY" and "--from" not in rest]
+    (target,) = [c[-1] for c in copies if "deploy/constraints.txt" in c[:-1]]
+    (install,) = [rest for kw, rest in instructions if kw == "RUN" and "pip install" in rest]
+    assert f"--constraint={target} " in install, install
+    # The build backend in pip's isolated build environment too.
+    assert f"PIP_CONSTRAINT={target} " in install
+
+
+def constraints() -> dict[str, str]:
+    """deploy/constraints.txt: normalised name -> pinned version."""
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][A-Za-z0-9.+!-]*)", line)
+        assert match, f"{CONSTRAINTS}: not NAME==VERSION: {line!r}"
+        name = canonicalize_name(match.group(1))
+        assert name not in pins, f"{CONSTRAINTS}: {name} pinned twice"
+        pins[name] = match.group(2)
+    return pins
+
+
+def test_constraints_pin_every_dependency_within_pyproject_ranges() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    required = [
+        *project["dependencies"],
+        *project["optional-dependencies"]["demo"],  # the image's EXTRAS=demo (compose writer)
+        *pyproject["build-system"]["requires"],
+    ]
+    pins = constraints()
+    for text in required:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{CONSTRAINTS} does not pin {requirement.name}"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"{CONSTRAINTS}: {name}=={pins[name]} is outside pyproject.toml's {text!r}"
+        )
+    # Transitive dependencies are pinned too (a handful of well-known ones, as a check that
+    # the file is the whole closure, not the top level only).
+    assert {"botocore", "pydantic-core", "yarl", "multidict"} <= set(pins)
 
 
 # --- docker-compose -------------------------------------------------------------------------
@@ -748,6 +837,22 @@ def test_systemd_hardening_leaves_the_state_directory_writable() -> None:
     assert state == "/var/lib/deltastream"
     assert state in unit_value("Service", "ReadWritePaths").split()
     assert unit_value("Service", "WorkingDirectory") == state
+
+
+def test_systemd_limits_memory_and_runs_a_watchdog() -> None:
+    limit = unit_value("Service", "MemoryMax")
+    match = re.fullmatch(r"(\d+)([KMGT]?)", limit)
+    assert match, f"MemoryMax={limit}: not a size"
+    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[match.group(2)]
+    assert int(match.group(1)) * scale >= 512 * 2**20
+    # Type=notify: the daemon says READY=1 (deltastream/daemon/sd_notify.py), and pings the
+    # watchdog every WatchdogSec/2; only the main process may notify.
+    assert unit_value("Service", "Type") == "notify"
+    assert unit_value("Service", "NotifyAccess") == "main"
+    assert seconds(unit_value("Service", "WatchdogSec")) >= 30
+    assert unit_value("Service", "Restart") == "on-failure"  # a watchdog kill restarts it
+    # The notification socket is a unix socket: the address families allow it.
+    assert "AF_UNIX" in unit_value("Service", "RestrictAddressFamilies").split()
 
 
 # --- README ---------------------------------------------------------------------------------

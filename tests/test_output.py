@@ -1,20 +1,31 @@
 """JSON-lines output (``deltastream.output``, used by ``read``/``changes -o -`` and the
 ``jsonl`` and ``http`` sinks): variants come out as the JSON value they hold, at any depth;
-a struct of the same shape that is not a variant stays two base64 strings."""
+a struct of the same shape that is not a variant stays two base64 strings. Parquet outputs
+get the permissions the umask leaves, as any file opened for writing."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 import variant_tables as vt
 from conftest import CORPORA
+from deltalake import write_deltalake
 
 import deltastream as ds
 from deltastream.cli import run
-from deltastream.output import batch_to_json_lines
+from deltastream.output import batch_to_json_lines, create_temp_file
 from deltastream.schema.model import VARIANT_ARROW_TYPE, is_variant_arrow
 
 UNSHREDDED = CORPORA / "delta-kernel-rs/data/unshredded-variant"
@@ -82,3 +93,39 @@ def test_the_read_command_writes_a_corpus_tables_variants_as_json(
         )
         for r in expected
     )
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_read_and_changes_write_parquet_files_as_the_umask_allows(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
+    table = str(tmp_path / "t")
+    write_deltalake(
+        table,
+        pa.table({"id": pa.array([1, 2], pa.int64())}),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    for command in ("read", "changes"):
+        out = tmp_path / f"{command}-{umask:03o}.parquet"
+        script = f"umask {umask:03o} && exec {shlex.quote(sys.executable)} -m deltastream "
+        script += shlex.join([command, table, "-o", str(out)])
+        done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == mode, command
+        assert pq.read_table(out).num_rows == 2
+        # No temporary file left beside it.
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_temporary_files_are_created_new_with_the_umask_applied(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        made = [create_temp_file(tmp_path, ".x-", ".tmp") for _ in range(20)]
+    finally:
+        os.umask(previous)
+    assert len(set(made)) == 20
+    for path in made:
+        name = Path(path).name
+        assert re.fullmatch(r"\.x-[0-9a-f]{8}\.tmp", name), name
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+        assert os.path.getsize(path) == 0

@@ -6,6 +6,7 @@
     http = "127.0.0.1:9464"      # /healthz, /livez and /metrics; "" turns the server off
     log_format = "text"          # or "json"
     log_level = "info"
+    log_summary_interval = 60    # seconds between each stream's summary line; 0: none
     shutdown_grace = 8           # seconds streams get to stop on SIGTERM/SIGINT
     work_dir = "/var/tmp/deltastream"   # batch files of exec sinks
     degraded_after_seconds = 60  # /healthz 503 once a stream retried this long in vain
@@ -29,6 +30,17 @@ besides ``name``, ``uri``, ``sink`` and ``state`` are the stream options defined
 defaults and constraints, in :mod:`deltastream.daemon.stream_config`, and are checked as
 strictly (``notifications = "false"`` is an error, not true). Every error names the file and
 the section or ``[[tables]]`` entry once, then the key and the value.
+
+An http sink's settings are such options too::
+
+    sink = "https://ingest.example.com/orders"
+    http_headers = { Authorization = "Bearer ${INGEST_TOKEN}" }
+    http_timeout = 10            # seconds per request (default 30)
+    http_verify = true           # false: no TLS certificate verification (test endpoints)
+    http_ca_bundle = "/etc/ssl/ingest-ca.pem"   # verify against these CAs, not the system's
+
+``${NAME}`` in a header is the environment variable NAME: it must be set when the file is
+loaded (an unset one is an error naming it), and header values are never shown.
 """
 
 from __future__ import annotations
@@ -38,6 +50,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from deltastream.daemon.address import parse_address
+from deltastream.daemon.logs import LOG_SUMMARY_INTERVAL
 from deltastream.daemon.service import ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.stream_config import OPTIONS, convert_options, tail_config
@@ -49,6 +63,7 @@ SERVER_KEYS = (
     "http",
     "log_format",
     "log_level",
+    "log_summary_interval",
     "shutdown_grace",
     "work_dir",
     "degraded_after_seconds",
@@ -101,9 +116,12 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
     _check_sink_outputs(streams, source)
     try:
         http = _str(server.get("http", "127.0.0.1:9464"), "http")
+        if http:
+            parse_address(http, "'http'")
         shutdown_grace = _seconds(server, "shutdown_grace", 8.0)
         log_format = _str(server.get("log_format", "text"), "log_format")
         log_level = _str(server.get("log_level", "info"), "log_level")
+        log_summary_interval = _seconds(server, "log_summary_interval", LOG_SUMMARY_INTERVAL)
         degraded_after = _seconds(server, "degraded_after_seconds", 60.0)
         max_restarts = _count(server, "max_restarts", 3)
         restart_window = _seconds(server, "restart_window_seconds", 600.0)
@@ -119,6 +137,7 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
             work_dir=server.get("work_dir"),
             log_format=log_format,
             log_level=log_level,
+            log_summary_interval=log_summary_interval,
             degraded_after_seconds=degraded_after,
             max_restarts=max_restarts,
             restart_window_seconds=restart_window,
@@ -152,6 +171,9 @@ def _stream(entry: Mapping[str, Any], where: str) -> StreamConfig:
             name, _str(entry["uri"], "uri"), _str(state, "state"), options, toml=True
         )
         sink = _str(entry["sink"], "sink")
+        # Every sink spec is checked here, where its [[tables]] entry can be named: a typo
+        # (``kafka:x``) is a configuration error, not a stream that fails when it starts.
+        parse_sink(sink, table=name, stream=tail)
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"{where}: {e}") from None
     return StreamConfig(tail, sink)
@@ -163,7 +185,7 @@ def _check_sink_outputs(streams: list[StreamConfig], source: str) -> None:
     for stream in streams:
         name = stream.tail.name
         try:
-            claim = parse_sink(stream.sink, table=name).output_claim(name)
+            claim = parse_sink(stream.sink, table=name, stream=stream.tail).output_claim(name)
         except InvalidArgumentError as e:
             raise InvalidArgumentError(f"{source} [[tables]] ({name}): {e}") from e
         if claim is None:

@@ -54,16 +54,21 @@ class Position:
         return cls(int(value["version"]), bool(value.get("snapshot", False)), int(value["offset"]))
 
     def __str__(self) -> str:
-        kind = "snapshot" if self.snapshot else "changes"
-        return f"{kind} of version {self.version} + {self.offset} rows"
+        """Short and exact, for logs: ``v13`` (before version 13's first change row: every
+        version before it delivered), ``v13+500`` (500 rows into version 13's changes),
+        ``snapshot v12`` and ``snapshot v12+1000`` (the same within the snapshot of version
+        12)."""
+        text = f"v{self.version}" if not self.offset else f"v{self.version}+{self.offset}"
+        return f"snapshot {text}" if self.snapshot else text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Delivery:
     """The rows from ``start`` (inclusive) to ``end`` (exclusive), all with one schema.
 
     ``batches`` are Arrow record batches whose columns are the table's columns followed by
-    ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
+    ``_change_type``, ``_commit_version`` and ``_commit_timestamp``. The repr counts the rows
+    rather than printing them.
     """
 
     table: str
@@ -95,6 +100,12 @@ class Delivery:
     def idempotency_key(self) -> str:
         """Names this delivery across retries and restarts: the same rows get the same key."""
         return f"{self.table_id}:{self.start.token}-{self.end.token}"
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(table={self.table!r}, start={str(self.start)!r}, "
+            f"end={str(self.end)!r}, rows={self.num_rows:,})"
+        )
 
 
 @dataclass(frozen=True)

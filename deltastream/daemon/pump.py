@@ -143,7 +143,17 @@ class DeliveryPump:
     def _on_missing_file(self, task: FileRead, error: DataFileNotFoundError) -> bool:
         if self.config.on_missing_file is OnMissingFile.FAIL:
             return False
-        log.warning("%s: skipping %s", self.config.name, error)
+        log.warning(
+            "%s: skipping %s",
+            self.config.name,
+            error,
+            extra={
+                "stream": self.config.name,
+                "uri": self.config.uri,
+                "version": task.version,
+                "error_class": type(error).__name__,
+            },
+        )
         self.metrics.skipped_files += 1
         return True
 
@@ -162,6 +172,7 @@ class DeliveryPump:
             batches=batches,
         )
         crash_point("sink.before-write")
+        began = time.monotonic()
         try:
             sink_state = await self.sink.deliver(delivery)
         except Exception:
@@ -173,6 +184,25 @@ class DeliveryPump:
             # cancelled commit would make an at-least-once sink see them twice.
             await self.commit(replace(self.committed, position=end, sink=dict(sink_state)))
         crash_point("state.after-commit")
+        took = time.monotonic() - began
+        log.debug(
+            "%s: delivered %s..%s (%s rows) to %s in %.3fs",
+            delivery.table,
+            start,
+            end,
+            f"{delivery.num_rows:,}",
+            self.sink.description,
+            took,
+            extra={
+                "stream": delivery.table,
+                "from_version": delivery.from_version,
+                "to_version": delivery.to_version,
+                "position": str(end),
+                "rows": delivery.num_rows,
+                "sink": self.sink.description,
+                "duration_s": round(took, 6),
+            },
+        )
         m = self.metrics
         m.last_activity_monotonic = time.monotonic()
         m.deliveries += 1

@@ -35,5 +35,5 @@ async def reset_stream(
         removed = await sink.reset(StreamRef(name, states.uri))
         removed += await states.reset()
     for what in removed:
-        log.warning("%s: reset: removed %s", name, what)
+        log.warning("%s: reset: removed %s", name, what, extra={"stream": name})
     return removed

@@ -127,7 +127,12 @@ async def load_state(
             assert table.protocol is not None and table.metadata is not None
             return Resumed(target + 1, table.protocol, table.metadata, table)
         except (ObjectNotFoundError, MissingVersionsError) as e:
-            log.warning("%s: saved state unusable (%s); loading the table", config.name, e)
+            log.warning(
+                "%s: saved state unusable (%s); loading the table",
+                config.name,
+                e,
+                extra={"stream": config.name, "version": saved, "error_class": type(e).__name__},
+            )
     try:
         state, _ = await load_table_state(store, target, files=True)
     except (VersionNotFoundError, MissingVersionsError) as e:
@@ -153,7 +158,13 @@ async def resume_from_checkpoint(store: ObjectStore, name: str, next_version: in
         try:
             state, _ = await load_table_state(store, version, files=True)
         except DeltaStreamError as e:
-            log.warning("%s: checkpoint %d unusable: %s", name, version, e)
+            log.warning(
+                "%s: checkpoint %d unusable: %s",
+                name,
+                version,
+                e,
+                extra={"stream": name, "version": version, "error_class": type(e).__name__},
+            )
             continue
         skipped = f"{next_version}..{version}" if version >= next_version else "none"
         log.warning(
@@ -163,6 +174,7 @@ async def resume_from_checkpoint(store: ObjectStore, name: str, next_version: in
             version + 1,
             version,
             skipped,
+            extra={"stream": name, "from_version": next_version, "to_version": version},
         )
         assert state.protocol is not None and state.metadata is not None
         table = await index_state(state, version)

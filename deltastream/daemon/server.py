@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 from aiohttp import web
 
+from deltastream.daemon.address import parse_address
 from deltastream.daemon.metrics import render_prometheus
 from deltastream.errors import InvalidArgumentError
 
@@ -29,15 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["parse_address", "serve_http"]
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``host:port`` (``[::1]:9464`` for IPv6; port 0 picks a free one)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise InvalidArgumentError(f"HTTP address must be HOST:PORT, not {text!r}")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
 
 
 async def serve_http(

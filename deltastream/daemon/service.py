@@ -35,7 +35,9 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from deltastream.daemon.delivery import Sink
+from deltastream.daemon.delivery import Position, Sink
+from deltastream.daemon.log_summary import StreamSummaries
+from deltastream.daemon.logs import LOG_SUMMARY_INTERVAL
 from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.tailer import Progress, TailConfig, Tailer
@@ -76,6 +78,8 @@ class ServiceConfig:
     work_dir: str | None = None
     log_format: str = "text"
     log_level: str = "info"
+    #: Seconds between each stream's summary log line (0: none).
+    log_summary_interval: float = LOG_SUMMARY_INTERVAL
     #: A stream retrying (deliveries, storage requests, restarts) for longer than this many
     #: seconds without a successful poll or delivery makes ``/healthz`` answer 503.
     degraded_after_seconds: float = 60.0
@@ -84,7 +88,12 @@ class ServiceConfig:
     restart_window_seconds: float = 600.0
 
     def __post_init__(self) -> None:
-        for key in ("degraded_after_seconds", "max_restarts", "restart_window_seconds"):
+        for key in (
+            "degraded_after_seconds",
+            "max_restarts",
+            "restart_window_seconds",
+            "log_summary_interval",
+        ):
             value = getattr(self, key)
             # bool is an int, but ``true`` is no count of anything.
             if (
@@ -158,11 +167,19 @@ class Service:
             if self.config.http_address is not None:
                 self.address = await outer.start(serve_http, self, self.config.http_address)
             outer.start_soon(self._cancel_after_grace, outer.cancel_scope)
+            if self.config.log_summary_interval > 0:
+                summaries = StreamSummaries(self.metrics, self._positions)
+                outer.start_soon(summaries.run, self.config.log_summary_interval)
             task_status.started()
             async with anyio.create_task_group() as streams:
                 for stream in self.config.streams:
                     streams.start_soon(self._supervise, stream)
             outer.cancel_scope.cancel()
+
+    def _positions(self, name: str) -> tuple[Position | None, Position | None]:
+        """Stream ``name``'s committed position and where it started in this process."""
+        tailer = self.tailers.get(name)
+        return (tailer.position, tailer.started_at) if tailer else (None, None)
 
     async def _cancel_after_grace(self, scope: anyio.CancelScope) -> None:
         await self._stopping.wait()
@@ -170,7 +187,10 @@ class Service:
         busy = [n for n, m in self.metrics.items() if m.status not in ("stopped", "failed")]
         if busy:
             log.warning(
-                "streams still busy after %ss, cancelling: %s", self.config.shutdown_grace, busy
+                "streams still busy after %ss, cancelling: %s",
+                self.config.shutdown_grace,
+                busy,
+                extra={"streams": busy},
             )
         scope.cancel()
 
@@ -179,7 +199,9 @@ class Service:
         if sink is not None:
             return sink
         work_dir = Path(self.config.work_dir) if self.config.work_dir else None
-        return parse_sink(stream.sink, work_dir=work_dir, table=stream.tail.name)
+        return parse_sink(
+            stream.sink, work_dir=work_dir, table=stream.tail.name, stream=stream.tail
+        )
 
     async def _supervise(self, stream: StreamConfig) -> None:
         name = stream.tail.name
@@ -199,7 +221,16 @@ class Service:
                     with anyio.CancelScope(shield=True):
                         await sink.aclose()
                 metrics.status = "stopped"
-                log.info("%s: stopped at %s", name, tailer.position)
+                log.info(
+                    "%s: stopped at %s",
+                    name,
+                    tailer.position,
+                    extra={
+                        "stream": name,
+                        "uri": stream.tail.uri,
+                        "position": tailer.position,  # as text (logs.JsonFormatter)
+                    },
+                )
                 return
             except Exception as e:
                 if isinstance(e, DeltaStreamError) and not is_transient(e):
@@ -207,7 +238,16 @@ class Service:
                     metrics.record_error(str(e))
                     metrics.errors += 1
                     self.failures[name] = e
-                    log.error("%s: stream stopped: %s", name, e)
+                    log.error(
+                        "%s: stream stopped: %s",
+                        name,
+                        e,
+                        extra={
+                            "stream": name,
+                            "uri": stream.tail.uri,
+                            "error_class": type(e).__name__,
+                        },
+                    )
                     return
                 metrics.errors += 1
                 metrics.restarts += 1
@@ -224,6 +264,13 @@ class Service:
                     metrics.last_error,
                     backoff,
                     exc_info=not isinstance(e, DeltaStreamError),
+                    extra={
+                        "stream": name,
+                        "uri": stream.tail.uri,
+                        "error_class": type(e).__name__,
+                        "attempt": attempt,
+                        "delay_s": round(backoff, 3),
+                    },
                 )
                 with anyio.move_on_after(backoff):
                     await self._stopping.wait()

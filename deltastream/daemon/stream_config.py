@@ -12,7 +12,8 @@ Values are checked strictly, by pydantic in strict mode, whichever way they come
 is no boolean (``"false"`` is not false), a float no count (``1.9`` is not 1), ``true`` no
 number, NaN and infinity no seconds, and out-of-range values are refused. Every error is an
 :class:`~deltastream.errors.InvalidArgumentError` naming the key as the user spelled it (the
-Python keyword, the TOML key or the CLI flag) and the value given; callers add where it was
+Python keyword, the TOML key or the CLI flag) and the value given (except for settings that
+hold credentials, marked :class:`Secret`: the http sink's headers); callers add where it was
 given (a file, a ``[[tables]]`` entry), once.
 """
 
@@ -22,6 +23,8 @@ import argparse
 import datetime as dt
 import enum
 import functools
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Annotated, Any, Final, TypedDict, TypeVar, get_args, get_type_hints
@@ -33,6 +36,7 @@ from deltastream.snapshot.timestamps import parse_timestamp
 from deltastream.storage.paths import CONFINED, ExternalPaths
 
 __all__ = [
+    "HTTP_TIMEOUT",
     "OPTIONS",
     "STREAM_NAME",
     "CliForm",
@@ -46,8 +50,10 @@ __all__ = [
     "TailConfig",
     "TailOptions",
     "add_cli_options",
+    "check_http_header",
     "cli_options",
     "convert_options",
+    "expand_env",
     "parse_key_values",
     "tail_config",
 ]
@@ -56,6 +62,9 @@ __all__ = [
 #: What a stream's name may be: letters, digits, '.', '-' and '_', not only dots (it names
 #: files: a parquet sink's, an ownership marker).
 STREAM_NAME: Final = r"^[A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*$"
+
+#: Seconds each request of the http sink may take (``--http-timeout``, ``HttpSink(timeout=)``).
+HTTP_TIMEOUT: Final = 30.0
 
 
 class Mode(enum.Enum):
@@ -135,6 +144,13 @@ class CliForm(enum.Enum):
     LIST = "list"
     #: ``--flag [ROOT ...]``: alone, ``True``; with values, those (a list).
     ROOTS = "roots"
+    #: ``--flag 'Name: value'``, repeated: HTTP headers (a mapping).
+    HEADERS = "headers"
+
+
+@dataclass(frozen=True)
+class Secret:
+    """Marks a setting whose values are credentials: errors about it never show them."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +236,60 @@ def _external_paths(value: object) -> object:
         isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
     ):
         return ExternalPaths.of(value)
+    return value
+
+
+#: ``${NAME}`` in a setting's value: the environment variable NAME.
+_ENV_REFERENCE = re.compile(r"\$\{([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: An HTTP header name (RFC 9110 token).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Headers the http sink sets itself on every request.
+_SINK_HEADERS = ("content-type", "idempotency-key")
+
+
+def expand_env(text: str, what: str) -> str:
+    """``text`` with each ``${NAME}`` replaced by the environment variable NAME; an unset
+    variable or a malformed reference is an error naming it and ``what`` holds it (never the
+    text, which may hold a secret)."""
+
+    def value(m: re.Match[str]) -> str:
+        name = m[1]
+        if not _ENV_NAME.fullmatch(name):
+            raise InvalidArgumentError(f"{what}: ${{{name}}} is not an environment variable name")
+        if name not in os.environ:
+            raise InvalidArgumentError(f"{what}: environment variable {name!r} is not set")
+        return os.environ[name]
+
+    expanded = _ENV_REFERENCE.sub(value, text)
+    if "${" in _ENV_REFERENCE.sub("", text):
+        raise InvalidArgumentError(f"{what}: '${{' without a closing '}}'")
+    return expanded
+
+
+def check_http_header(name: str, value: str) -> None:
+    """Refuse a header the http sink cannot send: a name that is no HTTP token, a value with
+    a line break (which would start another header), one of the headers the sink sets. The
+    value is never shown."""
+    if not _HEADER_NAME.fullmatch(name):
+        raise InvalidArgumentError(f"{name!r} is not an HTTP header name")
+    if name.lower() in _SINK_HEADERS:
+        raise InvalidArgumentError(f"header {name!r} is set by the http sink itself")
+    if any(c in value for c in "\r\n\0"):
+        raise InvalidArgumentError(f"the value of header {name!r} holds a line break or NUL")
+
+
+def _http_headers(value: object) -> object:
+    """Header templates, checked: each name, and each value with its environment variables
+    read (they must be set now); the templates are kept (read again when the sink is made),
+    so that the secrets they name stay out of the config. Anything but a table of strings
+    is left for the type check to refuse."""
+    if isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        for name, template in value.items():
+            check_http_header(name, expand_env(template, f"header {name!r}"))
+        return dict(value)
     return value
 
 
@@ -377,6 +447,51 @@ class TailConfig:
     #: Replay at most this many commits on top of a saved state; beyond, or when catching up
     #: more versions than this, the table's own checkpoint is used.
     replay_limit: Count = 100
+    #: Headers the http sink sends with every request; ``${NAME}`` in a value is the
+    #: environment variable NAME. Never shown (reprs, errors, logs, ``--help``).
+    http_headers: Annotated[
+        Mapping[str, str],
+        BeforeValidator(_http_headers),
+        Must("must be a table of header names and string values"),
+        Secret(),
+        Option(
+            "--http-header",
+            "http sink: a header sent with every request ('${VAR}' in the value: the "
+            "environment variable VAR; quote it so the shell leaves it); may repeat",
+            CliForm.HEADERS,
+            metavar="'NAME: VALUE'",
+        ),
+    ] = field(default_factory=dict, repr=False)
+    http_timeout: Annotated[
+        Seconds,
+        Option("--http-timeout", "http sink: seconds each request may take", metavar="SECONDS"),
+    ] = HTTP_TIMEOUT
+    http_verify: Annotated[
+        Switch,
+        Option(
+            "--http-no-verify",
+            "http sink: do not verify the server's TLS certificate (test endpoints only)",
+            CliForm.SWITCH,
+        ),
+    ] = True
+    http_ca_bundle: Annotated[
+        str | None,
+        Must("must be a path (a string)"),
+        Option(
+            "--http-ca-bundle",
+            "http sink: verify the server's TLS certificate against the CA certificates in "
+            "this PEM file instead of the system's",
+            metavar="PATH",
+        ),
+    ] = None
+
+    @property
+    def resolved_http_headers(self) -> dict[str, str]:
+        """``http_headers`` with the environment variables in their values read."""
+        return {
+            name: expand_env(template, f"header {name!r}")
+            for name, template in self.http_headers.items()
+        }
 
     @property
     def resolved_state_options(self) -> Mapping[str, str]:
@@ -412,6 +527,10 @@ class TailOptions(TypedDict, total=False):
     max_rows_per_delivery: int
     checkpoint_every_versions: int
     checkpoint_every_seconds: float
+    http_headers: Mapping[str, str]
+    http_timeout: float
+    http_verify: bool
+    http_ca_bundle: str | None
 
 
 # --- reading the definition ----------------------------------------------------------------
@@ -422,6 +541,8 @@ class _Field:
     name: str
     adapter: TypeAdapter[Any]
     must: str
+    #: Errors do not show the value (:class:`Secret`).
+    secret: bool = False
 
 
 def _describe() -> tuple[dict[str, _Field], dict[str, StreamOption]]:
@@ -438,7 +559,8 @@ def _describe() -> tuple[dict[str, _Field], dict[str, StreamOption]]:
         if must is None:
             assert choices is not None, f"TailConfig.{f.name} needs a Must phrase"
             must = f"must be one of {', '.join(repr(c) for c in choices)}"
-        specs[f.name] = _Field(f.name, TypeAdapter(hint), must)
+        secret = any(isinstance(m, Secret) for m in metadata)
+        specs[f.name] = _Field(f.name, TypeAdapter(hint), must, secret)
         option = next((m for m in metadata if isinstance(m, Option)), None)
         if option is not None:
             default = f.default_factory() if f.default_factory is not MISSING else f.default
@@ -466,7 +588,8 @@ def _convert(spec: _Field, value: object, label: str, *, text: bool = False) -> 
         cause = e.errors()[0].get("ctx", {}).get("error")
         if isinstance(cause, InvalidArgumentError):  # a parser's own words (a timestamp)
             raise InvalidArgumentError(f"{label!r}: {cause}") from None
-        raise InvalidArgumentError(f"{label!r} {spec.must}, not {value!r}") from None
+        shown = "" if spec.secret else f", not {value!r}"
+        raise InvalidArgumentError(f"{label!r} {spec.must}{shown}") from None
 
 
 _FIELDS, _OPTIONS = _describe()
@@ -520,7 +643,8 @@ def add_cli_options(parser: argparse.ArgumentParser) -> None:
             # The flag says the opposite of the default: --no-notifications, --infer-…
             settings["action"] = "store_false" if option.default else "store_true"
         else:
-            settings["action"] = "append" if option.form is CliForm.PAIRS else "store"
+            repeated = option.form in (CliForm.PAIRS, CliForm.HEADERS)
+            settings["action"] = "append" if repeated else "store"
             settings.update(choices=option.choices, metavar=option.metavar)
             if option.form is CliForm.ROOTS:
                 settings["nargs"] = "*"
@@ -551,6 +675,8 @@ def cli_options(args: argparse.Namespace) -> dict[str, object]:
         spec = _FIELDS[option.name]
         if option.form is CliForm.PAIRS:
             values[option.name] = _convert(spec, parse_key_values(raw, option.flag), option.flag)
+        elif option.form is CliForm.HEADERS:
+            values[option.name] = _convert(spec, parse_headers(raw, option.flag), option.flag)
         elif option.form is CliForm.LIST:
             items = [item.strip() for item in raw.split(",") if item.strip()]
             values[option.name] = _convert(spec, items or None, option.flag)
@@ -567,6 +693,17 @@ def cli_options(args: argparse.Namespace) -> dict[str, object]:
         except InvalidArgumentError as e:
             raise InvalidArgumentError(f"{_FROM_TIMESTAMP!r}: {e}") from None
     return values
+
+
+def parse_headers(lines: Sequence[str], flag: str) -> dict[str, str]:
+    """``Name: value`` command-line values as a dict (errors name ``flag``, never a value)."""
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            raise InvalidArgumentError(f"{flag} expects 'Name: value' (the value is not shown)")
+        headers[name.strip()] = value.strip()
+    return headers
 
 
 def parse_key_values(pairs: Sequence[str], flag: str) -> dict[str, str]:

@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 #: Commits fetched per round trip while catching up.
 COMMIT_CHUNK = 64
 
-#: ``(what, done, total)``: called as a long catch-up or snapshot advances.
-Progress = Callable[[str, int, int], None]
+#: ``(stream, what, done, total)``: called as a stream's long catch-up (``what``:
+#: ``"versions"``) or its snapshot (``"files"``) advances.
+Progress = Callable[[str, str, int, int], None]
 
 
 async def index_state(state: LogState, version: int) -> IncrementalState:
@@ -110,7 +111,7 @@ class TableFollower:
                     yield task
                 await self._advance_state(v, actions, skip_until)
                 if self.progress is not None and total > 1:
-                    self.progress("versions", i + j + 1, total)
+                    self.progress(self.config.name, "versions", i + j + 1, total)
             if failure is not None:
                 # Everything before the commit that cannot be read is delivered first.
                 round_.stop_at(chunk[len(parsed)].version, failure)
@@ -168,6 +169,7 @@ class TableFollower:
                 name,
                 version,
                 change.description,
+                extra={"stream": name, "version": version},
             )
         elif change.kind is SchemaChangeKind.ADDITIVE:
             log.info(
@@ -175,6 +177,7 @@ class TableFollower:
                 name,
                 version,
                 change.description,
+                extra={"stream": name, "version": version},
             )
         self.metadata = step.metadata
         self.schemas = ChangeSchemas.build(step.protocol, step.metadata, self.config.columns)

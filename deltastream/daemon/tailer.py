@@ -121,6 +121,8 @@ class Tailer:
         self._states: StateStore
         self._follower: TableFollower
         self._pump: DeliveryPump | None = None
+        #: The committed position the stream started from (``None`` before it started).
+        self.started_at: Position | None = None
         self._saved_at = time.monotonic()
         self._snapshot: Snapshot | None = None
         self._sleep_scope: anyio.CancelScope | None = None
@@ -196,6 +198,15 @@ class Tailer:
             event.cause,
             event.attempt,
             event.delay,
+            extra={
+                "stream": self.config.name,
+                "operation": event.operation,
+                "target": event.target,
+                "cause": event.cause,
+                "attempt": event.attempt,
+                "delay_s": round(event.delay, 3),
+                **({"sink": self.sink.description} if sink else {}),
+            },
         )
 
     # ------------------------------------------------------------------ start-up
@@ -215,7 +226,17 @@ class Tailer:
                     f"{committed.sink_spec!r}, not {self.sink.description!r}; use one state "
                     "directory per stream"
                 )
-            log.info("%s: resuming at %s", cfg.name, committed.position)
+            log.info(
+                "%s: resuming at %s",
+                cfg.name,
+                committed.position,
+                extra={
+                    "stream": cfg.name,
+                    "uri": self.config.uri,
+                    "position": str(committed.position),
+                    "sink": self.sink.description,
+                },
+            )
             await self.sink.recover(self._stream_ref, committed.position, committed.sink)
         else:
             await self.sink.recover(self._stream_ref, None, {})
@@ -254,6 +275,7 @@ class Tailer:
             stopping=lambda: self.stopping,
         )
         self.metrics.last_delivered_version = taken.position.version - 1
+        self.started_at = taken.position
 
     def _begin(self, resumed: Resumed) -> None:
         """Follow from what :mod:`~deltastream.daemon.resume` found."""
@@ -281,6 +303,12 @@ class Tailer:
             self.config.name,
             version,
             total,
+            extra={
+                "stream": self.config.name,
+                "uri": self.config.uri,
+                "version": version,
+                "files": total,
+            },
         )
 
         async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
@@ -291,7 +319,7 @@ class Tailer:
                 crash_point("snapshot.file")
                 done += 1
                 if self.progress is not None:
-                    self.progress("files", done, total)
+                    self.progress(self.config.name, "files", done, total)
 
         self.metrics.last_seen_version = max(self.metrics.last_seen_version, version)
         self.metrics.oldest_undelivered_ms = timestamp_ms
@@ -356,7 +384,16 @@ class Tailer:
         )
         if self.config.on_missing_versions is OnMissingVersions.FAIL:
             raise error
-        log.warning("%s: %s", self.config.name, error)
+        log.warning(
+            "%s: %s",
+            self.config.name,
+            error,
+            extra={
+                "stream": self.config.name,
+                "uri": self.config.uri,
+                "error_class": type(error).__name__,
+            },
+        )
         resumed = await resume_from_checkpoint(self._store, self.config.name, next_version)
         self._begin(resumed)
         assert self._pump is not None and resumed.skipped_to is not None
@@ -422,4 +459,9 @@ class Tailer:
         self._saved_at = time.monotonic()
         await pump.commit(replace(pump.committed, snapshot_version=version))
         await self._states.prune_snapshots(keep=version)
-        log.info("%s: saved the table state at version %d", cfg.name, version)
+        log.info(
+            "%s: saved the table state at version %d",
+            cfg.name,
+            version,
+            extra={"stream": cfg.name, "version": version},
+        )

@@ -3,7 +3,8 @@
 
 Readers produce data lazily, a batch at a time, so a stream of any length holds a few
 batches in memory. :func:`to_record_batch_reader` runs the async producer on an event loop
-in a background thread for synchronous callers, handing batches over through a small queue.
+of its own in a background thread (:mod:`deltastream.storage.sync_bridge`), handing batches
+over through a small queue, so that it also works where the caller's thread runs a loop.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import anyio.to_thread
 import pyarrow as pa
 
 from deltastream.storage.base import AsyncClosable
+from deltastream.storage.sync_bridge import start_loop_thread
 
 __all__ = ["BatchStream", "to_record_batch_reader"]
 
@@ -116,10 +118,7 @@ def to_record_batch_reader(
         except BaseException as e:
             put(e)
 
-    thread = threading.Thread(
-        target=anyio.run, args=(pump,), name="deltastream-stream", daemon=True
-    )
-    thread.start()
+    thread = start_loop_thread(pump, "deltastream-stream")
     first = ready.get()
     if isinstance(first, BaseException):
         thread.join()

@@ -247,12 +247,13 @@ class CommitBatch:
         return _drop_keys(table, keys, self._touched_keys(canonical))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LogState:
     """Reconciled table state after replaying some prefix of the log.
 
     ``domains`` keeps removed domains as tombstones (as checkpoints must);
-    :attr:`live_domains` is what snapshot readers see.
+    :attr:`live_domains` is what snapshot readers see. The repr counts what the state holds
+    rather than listing it (the file tables can hold millions of rows).
     """
 
     table_root: str
@@ -268,6 +269,13 @@ class LogState:
     @property
     def live_domains(self) -> Mapping[str, DomainMetadata]:
         return MappingProxyType({k: v for k, v in self.domains.items() if not v.removed})
+
+    def __repr__(self) -> str:
+        return (
+            f"LogState(table_root={self.table_root!r}, files={self.files.num_rows:,}, "
+            f"tombstones={self.tombstones.num_rows:,}, txns={len(self.txns):,}, "
+            f"domains={len(self.domains):,})"
+        )
 
     @classmethod
     def from_checkpoint(cls, table_root: str, checkpoint: LogActions) -> LogState:

@@ -2,7 +2,8 @@
 
 Live files and tombstones are Arrow tables (see :mod:`deltastream.snapshot.reconcile`);
 everything else is small. A snapshot does no I/O; :mod:`deltastream.snapshot.loader`
-builds it.
+builds it. Its repr is one line (``print(snapshot)`` in a notebook must not dump the file
+list): ``Snapshot(table='s3://lake/events', version=12, files=1,204, size=3.1 GiB, id='…')``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,24 @@ from deltastream.log.actions import AddFile, DomainMetadata, Metadata, Protocol,
 from deltastream.log.segment import LogSegment
 from deltastream.snapshot.reconcile import LogState
 
-__all__ = ["Snapshot"]
+__all__ = ["Snapshot", "format_size"]
 
 
-@dataclass(frozen=True)
+#: Units of :func:`format_size`, each 1024 times the one before.
+_SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def format_size(size: int) -> str:
+    """``size`` bytes for people: ``512 B``, ``3.1 GiB``."""
+    value = float(size)
+    for unit in _SIZE_UNITS:
+        if abs(value) < 1024 or unit == _SIZE_UNITS[-1]:
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True, repr=False)
 class Snapshot:
     """A Delta table at ``version``.
 
@@ -89,6 +104,14 @@ class Snapshot:
         for batch in self.state.files.to_batches(max_chunksize=batch_size):
             for row in batch.to_pylist(maps_as_pydicts="strict"):
                 yield AddFile.from_json(row)
+
+    def __repr__(self) -> str:
+        metadata = self.state.metadata
+        table_id = "" if metadata is None else f", id={metadata.id!r}"
+        return (
+            f"Snapshot(table={self.table_uri!r}, version={self.version}, "
+            f"files={self.num_files:,}, size={format_size(self.size_bytes)}{table_id})"
+        )
 
     def summary(self) -> dict[str, Any]:
         """What ``deltastream snapshot`` prints."""

@@ -17,8 +17,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 
-import anyio
-
 from deltastream.errors import InvalidArgumentError
 from deltastream.log.listing import load_segment
 from deltastream.snapshot.loader import load_snapshot, resolve_version_at
@@ -27,6 +25,7 @@ from deltastream.snapshot.timestamps import TimestampSearch, parse_timestamp
 from deltastream.storage import open_store
 from deltastream.storage.base import AsyncClosable, ObjectStore
 from deltastream.storage.paths import ExternalPathsLike
+from deltastream.storage.sync_bridge import run_sync
 
 __all__ = ["Table", "TimestampLike", "open_table", "read_snapshot", "to_epoch_ms"]
 
@@ -64,6 +63,9 @@ class Table(AsyncClosable):
             if store is not None
             else open_store(uri, storage_options, external_paths=allow_external_paths)
         )
+
+    def __repr__(self) -> str:
+        return f"Table(uri={self.uri!r})"
 
     async def snapshot(
         self,
@@ -119,7 +121,8 @@ def read_snapshot(
     storage_options: Mapping[str, str] | None = None,
     validate_checksum: bool = False,
 ) -> Snapshot:
-    """Synchronous :meth:`Table.snapshot` for scripts and notebooks (not for async code)."""
+    """Synchronous :meth:`Table.snapshot` for scripts and notebooks (async code should
+    await :meth:`Table.snapshot`: this call blocks the calling thread, loop or not)."""
 
     async def run() -> Snapshot:
         async with Table(uri, storage_options) as table:
@@ -127,4 +130,4 @@ def read_snapshot(
                 version, timestamp=timestamp, validate_checksum=validate_checksum
             )
 
-    return anyio.run(run)
+    return run_sync(run)

@@ -13,7 +13,8 @@
         .load("s3://lake/events")
     )
 
-Needs pyspark >= 4.2 (``pip install 'deltastream[spark]'``).
+Needs pyspark >= 4.2: the ``spark`` extra, e.g. ``pip install -e '.[spark]'`` from a checkout
+(README.md, "Installing").
 """
 
 from __future__ import annotations

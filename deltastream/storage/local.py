@@ -185,7 +185,9 @@ class LocalStore(ObjectStore):
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         super().__init__()
-        self._root = Path(root).expanduser().absolute()
+        # Absolute, with "." and ".." resolved lexically (as Spark's Hadoop paths are): the
+        # root names the table in every message and in the stream's state.
+        self._root = Path(os.path.abspath(Path(root).expanduser()))
         self._filesystem_root: LocalStore | None = None
         self._feeds: set[ChangeFeed] = set()
 

@@ -91,7 +91,7 @@ STREAMS = (
 #: Seconds a kill-and-restart adds to the delay (SIGKILL, wait, reading the positions).
 RESTART_OVERHEAD = 0.05
 
-_RESUMING = re.compile(r": (?P<name>\S+): resuming at \w+ of version (?P<v>\d+) \+ (?P<o>\d+) rows")
+_RESUMING = re.compile(r": (?P<name>\S+): resuming at (?:snapshot )?v(?P<v>\d+)(?:\+(?P<o>\d+))?")
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class StreamResult:
     #: Of those, kills after which the stream had already been inside that version after
     #: the previous kill: it resumed inside a version and stopped inside it again.
     twice_in_version: int = 0
-    #: Restarts logged as "resuming at ... + N rows" with N > 0.
+    #: Restarts logged as "resuming at vV+N" with N > 0.
     resumed_mid_version: int = 0
     resumed: int = 0
 
@@ -236,7 +236,7 @@ def resumes(lines: list[str]) -> list[tuple[str, int, int]]:
     for line in lines:
         m = _RESUMING.search(line)
         if m:
-            found.append((m["name"], int(m["v"]), int(m["o"])))
+            found.append((m["name"], int(m["v"]), int(m["o"] or 0)))
     return found
 
 
@@ -475,7 +475,7 @@ def format_report(result: SoakResult) -> str:
         "",
         "mid-ver: kills that left a stream at a new position inside a version; twice: of "
         "those, kills after the stream had resumed inside that same version (stopped twice "
-        "inside one version); resumed-mid: restarts logged 'resuming at ... + N rows', N > 0",
+        "inside one version); resumed-mid: restarts logged 'resuming at vV+N', N > 0",
     ]
     if result.temp_files:
         lines.append(f"temporary files left behind: {result.temp_files}")

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,7 +18,9 @@ import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from deltastream.daemon.delivery import Delivery
+from deltastream.daemon.service import StreamConfig
 from deltastream.daemon.sinks import CallbackSink
+from deltastream.daemon.stream_config import Mode, StartFrom
 from deltastream.daemon.tailer import TailConfig, Tailer
 
 __all__ = [
@@ -225,3 +228,17 @@ async def run_tailer_until(
 def fast(config: TailConfig, **changes: Any) -> TailConfig:
     """``config`` with a short poll interval (and other ``changes``)."""
     return replace(config, poll_interval=0.05, **changes)
+
+
+def follow_stream(tmp_path: Path, name: str, uri: str, sink: str = "test") -> StreamConfig:
+    """A service stream following ``uri`` from version 0, polling every 50 ms, its state in
+    ``tmp_path/state/name``."""
+    tail = TailConfig(
+        name=name,
+        uri=uri,
+        state=str(tmp_path / "state" / name),
+        mode=Mode.FOLLOW,
+        start=StartFrom(version=0),
+        poll_interval=0.05,
+    )
+    return StreamConfig(tail, sink)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -199,3 +200,198 @@ def test_from_and_from_timestamp_are_exclusive(capsys: pytest.CaptureFixture[str
             ]
         )
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "deltastream", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+    )
+
+
+def the_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The one error line of a command that failed as the README says: exit status 2, one
+    ``deltastream: error:`` line, no traceback."""
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "ExceptionGroup" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("deltastream: error:")]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+def test_an_http_port_in_use_fails_at_start_before_any_stream(tmp_path: Path) -> None:
+    uri, out, state = str(tmp_path / "t"), tmp_path / "out.jsonl", tmp_path / "state"
+    create_table(uri)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run_cli(
+            "tail", uri, "--sink", f"jsonl:{out}", "--state", str(state),
+            "--http", f"127.0.0.1:{port}",
+        )  # fmt: skip
+    assert the_error(done) == (
+        f"deltastream: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+    assert not out.exists() and not state.exists()  # nothing started
+
+
+def test_a_malformed_http_address_fails_at_start(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    done = run_cli(
+        "tail", uri, "--sink", "jsonl:-", "--state", str(tmp_path / "s"), "--http", "localhost"
+    )
+    assert the_error(done) == (
+        "deltastream: error: --http must be HOST:PORT (e.g. 127.0.0.1:9464), not 'localhost'"
+    )
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[server]\nhttp = "9464"\n\n[[tables]]\nname = "t"\nuri = "{uri}"\n'
+        f'sink = "jsonl:-"\nstate = "{tmp_path / "s"}"\n'
+    )
+    assert the_error(run_cli("serve", "--config", str(config))) == (
+        f"deltastream: error: {config} [server]: 'http' must be HOST:PORT "
+        "(e.g. 127.0.0.1:9464), not '9464'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "sink", "message"),
+    [
+        (
+            "/proc/nope",
+            "jsonl:-",
+            "/proc/nope: cannot use as the state directory of stream 't': No such file",
+        ),
+        (
+            "{blocked}/state",
+            "jsonl:-",
+            "{blocked}/state: cannot use as the state directory of stream 't': Not a directory",
+        ),
+        (
+            "{tmp}/s",
+            "jsonl:{blocked}/out.jsonl",
+            "{blocked}: cannot use as the directory of the output of stream 't': it is a file, "
+            "not a directory",
+        ),
+        (
+            "{tmp}/s",
+            "parquet:{blocked}/out",
+            "{blocked}/out: cannot use as the output directory of stream 't': Not a directory",
+        ),
+        (
+            "{tmp}/s",
+            "jsonl:{tmp}",
+            "{tmp}: the output of stream 't' (jsonl:{tmp}) is a directory; a jsonl sink "
+            "writes a file",
+        ),
+    ],
+)
+def test_an_unusable_state_or_sink_location_fails_at_start(
+    tmp_path: Path, state: str, sink: str, message: str
+) -> None:
+    """Not a stream retrying a storage error for ever: exit 2 at once, naming the place."""
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    blocked = tmp_path / "a-file"  # a regular file: nothing can be created under it
+    blocked.write_text("")
+    names = {"tmp": str(tmp_path), "blocked": str(blocked)}
+    done = run_cli(
+        "tail", uri, "--mode", "snapshot", "--state", state.format(**names),
+        "--sink", sink.format(**names),
+    )  # fmt: skip
+    assert the_error(done).startswith(f"deltastream: error: {message.format(**names)}")
+
+
+def test_an_unknown_sink_kind_is_one_error_before_anything_starts(tmp_path: Path) -> None:
+    uri, state = str(tmp_path / "t"), tmp_path / "s"
+    create_table(uri)
+    known = "(known kinds: jsonl, parquet, http, https, exec)"
+    error = the_error(run_cli("tail", uri, "--sink", "kafka:x", "--state", str(state)))
+    assert error.startswith(f"deltastream: error: sink 'kafka:x' is not a sink {known}: ")
+    assert not state.exists()
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[[tables]]\nname = "t"\nuri = "{uri}"\nsink = "kafka:x"\nstate = "{state}"\n'
+    )
+    error = the_error(run_cli("serve", "--config", str(config)))
+    assert error.startswith(f"deltastream: error: {config} [[tables]] #1 (t): sink 'kafka:x'")
+
+
+def test_tail_into_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
+    """``deltastream tail T --sink jsonl:- | head``: the stream ends (it used to retry for
+    ever), with status 141 and no error or traceback."""
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deltastream", "tail", uri, "--sink", "jsonl:-",
+         "--state", str(tmp_path / "s")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 141, stderr
+    assert "Traceback" not in stderr and "deltastream: error:" not in stderr
+
+
+def demo(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        "demo", "--path", str(path), "--duration", "1", "--interval", "0.3", *args, timeout=120
+    )
+
+
+def test_demo_refuses_a_directory_it_did_not_create(tmp_path: Path) -> None:
+    table = tmp_path / "mine"
+    create_table(str(table))  # someone's Delta table
+    before = sorted(p.relative_to(table) for p in table.rglob("*"))
+    error = the_error(demo(table))
+    assert error == (
+        f"deltastream: error: {table}: not a directory the demo created (it is not empty and "
+        "has no .deltastream-demo file); choose another --path, or pass --force to use it anyway"
+    )
+    assert sorted(p.relative_to(table) for p in table.rglob("*")) == before  # untouched
+    # --force uses it, but still deletes nothing it did not create.
+    (table / "state").mkdir()
+    error = the_error(demo(table, "--force"))
+    assert "already holds state, which the demo did not create" in error
+    (table / "state").rmdir()
+    done = demo(table, "--force")
+    assert done.returncode == 0, done.stderr
+    assert (table / ".deltastream-demo").is_file() and (table / "table" / "_delta_log").is_dir()
+    assert {p.relative_to(table) for p in table.rglob("*")} >= set(before)
+
+
+def test_demo_reuses_its_own_directory_and_only_what_it_created(tmp_path: Path) -> None:
+    path = tmp_path / "demo"
+    assert demo(path).returncode == 0
+    assert (path / ".deltastream-demo").is_file()
+    (path / "notes.txt").write_text("mine")
+    first = {p.name for p in (path / "table").rglob("*.parquet")}
+    assert first
+    done = demo(path)  # no --force needed: the marker says the directory is the demo's
+    assert done.returncode == 0, done.stderr
+    assert (path / "notes.txt").read_text() == "mine"
+    assert lines_of(done)[0] == f"deltastream demo: following {path / 'table'} " + (
+        "(a writer commits every 0.3s)"
+    )
+    assert first.isdisjoint(p.name for p in (path / "table").rglob("*.parquet"))  # replaced
+
+
+def lines_of(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return done.stdout.splitlines()
+
+
+def test_a_config_error_names_its_place_once(tmp_path: Path) -> None:
+    config = tmp_path / "bad5.toml"
+    config.write_text(
+        '[[tables]]\nname = "a"\nuri = "/t"\nsink = "jsonl:-"\nstate = "/s"\nmode = "tail"\n'
+    )
+    assert the_error(run_cli("serve", "--config", str(config))) == (
+        f"deltastream: error: {config} [[tables]] #1 (a): 'mode' must be one of 'snapshot', "
+        "'follow', 'snapshot-and-follow', not 'tail'"
+    )

@@ -147,3 +147,44 @@ def test_server_errors_name_the_section_once() -> None:
     with pytest.raises(InvalidArgumentError) as e:
         parse_config(document, "c.toml")
     assert str(e.value) == "c.toml [server]: 'http' must be a string, not 9464"
+
+
+def test_every_sink_spec_is_checked_when_the_file_loads() -> None:
+    tables = [
+        {"name": "a", "uri": "/t", "sink": "jsonl:/out/a.jsonl", "state": "/s/a"},
+        {"name": "b", "uri": "/t", "sink": "kafka:x", "state": "/s/b"},
+    ]
+    with pytest.raises(InvalidArgumentError) as e:
+        parse_config({"tables": tables}, "c.toml")
+    assert str(e.value).startswith(
+        "c.toml [[tables]] #2 (b): sink 'kafka:x' is not a sink "
+        "(known kinds: jsonl, parquet, http, https, exec): accepted forms are jsonl:PATH"
+    )
+
+
+@pytest.mark.parametrize(
+    ("http", "message"),
+    [
+        ("9464", "c.toml [server]: 'http' must be HOST:PORT (e.g. 127.0.0.1:9464), not '9464'"),
+        ("localhost", "c.toml [server]: 'http' must be HOST:PORT (e.g. 127.0.0.1:9464), not"),
+        ("http://127.0.0.1:9464", "c.toml [server]: 'http' must be HOST:PORT"),
+        (
+            "127.0.0.1:99999",
+            "c.toml [server]: 'http' '127.0.0.1:99999': the port must be a number from 0 to "
+            "65535, not '99999'",
+        ),
+        ("127.0.0.1:", "the port must be a number from 0 to 65535, not ''"),
+    ],
+)
+def test_the_http_address_is_checked_when_the_file_loads(http: str, message: str) -> None:
+    table = {"name": "a", "uri": "/t", "sink": "jsonl:-", "state": "/s"}
+    with pytest.raises(InvalidArgumentError) as e:
+        parse_config({"server": {"http": http}, "tables": [table]}, "c.toml")
+    assert str(e.value).startswith("c.toml [server]: 'http' ") and message in str(e.value)
+
+
+@pytest.mark.parametrize("http", ["127.0.0.1:9464", ":0", "[::1]:9464", "0.0.0.0:1", ""])
+def test_good_http_addresses(http: str) -> None:
+    table = {"name": "a", "uri": "/t", "sink": "jsonl:-", "state": "/s"}
+    config = parse_config({"server": {"http": http}, "tables": [table]})
+    assert config.http_address == (http or None)

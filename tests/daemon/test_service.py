@@ -10,25 +10,21 @@ import aiohttp
 import anyio
 import pytest
 from deltalake import write_deltalake
-from tailing import Collector, Writer, batch, create_table, eventually, expected_changes
+from tailing import (
+    Collector,
+    Writer,
+    batch,
+    create_table,
+    eventually,
+    expected_changes,
+    follow_stream,
+)
 
 from deltastream.daemon.delivery import Delivery, Position
 from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import CallbackSink
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig
+from deltastream.daemon.tailer import TailConfig
 from deltastream.errors import InvalidArgumentError
-
-
-def stream(tmp_path: Path, name: str, uri: str, sink: str = "test") -> StreamConfig:
-    tail = TailConfig(
-        name=name,
-        uri=uri,
-        state=str(tmp_path / "state" / name),
-        mode=Mode.FOLLOW,
-        start=StartFrom(version=0),
-        poll_interval=0.05,
-    )
-    return StreamConfig(tail, sink)
 
 
 @pytest.mark.anyio
@@ -40,9 +36,9 @@ async def test_a_broken_table_does_not_stop_the_others(tmp_path: Path) -> None:
     collectors = {"good": Collector(), "corrupt": Collector(), "missing": Collector()}
     config = ServiceConfig(
         streams=(
-            stream(tmp_path, "good", good),
-            stream(tmp_path, "corrupt", corrupt),
-            stream(tmp_path, "missing", str(tmp_path / "nothing-here")),
+            follow_stream(tmp_path, "good", good),
+            follow_stream(tmp_path, "corrupt", corrupt),
+            follow_stream(tmp_path, "missing", str(tmp_path / "nothing-here")),
         ),
         http_address="127.0.0.1:0",
     )
@@ -102,7 +98,7 @@ async def test_transient_errors_restart_the_stream_with_backoff(tmp_path: Path) 
             raise ConnectionError("the destination is down")
         delivered.append(delivery)
 
-    config = ServiceConfig(streams=(stream(tmp_path, "t", uri),), http_address=None)
+    config = ServiceConfig(streams=(follow_stream(tmp_path, "t", uri),), http_address=None)
     service = Service(config, sinks={"t": CallbackSink(flaky)})
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
@@ -120,7 +116,7 @@ async def test_stop_is_prompt_while_waiting_for_commits(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     create_table(uri)
     config = ServiceConfig(
-        streams=(stream(tmp_path, "t", uri),), http_address=None, shutdown_grace=5
+        streams=(follow_stream(tmp_path, "t", uri),), http_address=None, shutdown_grace=5
     )
     service = Service(config, sinks={"t": Collector().sink()})
     async with anyio.create_task_group() as tg:
@@ -132,7 +128,7 @@ async def test_stop_is_prompt_while_waiting_for_commits(tmp_path: Path) -> None:
 
 
 def test_config_rejects_shared_state_and_duplicate_names(tmp_path: Path) -> None:
-    a = stream(tmp_path, "a", "/t1")
+    a = follow_stream(tmp_path, "a", "/t1")
     with pytest.raises(InvalidArgumentError, match="unique"):
         ServiceConfig(streams=(a, a))
     b = StreamConfig(TailConfig(name="b", uri="/t2", state=a.tail.state), "jsonl:-")

@@ -7,9 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import hashlib
+import ipaddress
 import json
 import logging
+import os
 import shlex
+import ssl
+import stat
 import sys
 import textwrap
 import time
@@ -25,7 +29,10 @@ import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
 from conftest import free_port
+from tailing import create_table
 
+from deltastream.cli import _build_parser, _tail_config, run
+from deltastream.daemon.config import load_config
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
 from deltastream.daemon.sinks import (
     CallbackSink,
@@ -37,6 +44,7 @@ from deltastream.daemon.sinks import (
     parse_parquet_file_name,
     parse_sink,
 )
+from deltastream.daemon.stream_config import TailConfig
 from deltastream.errors import (
     DeltaStreamError,
     HttpStatusError,
@@ -494,6 +502,25 @@ async def test_parquet_has_one_writer_per_stream_and_reset_removes_only_its_file
     assert not (tmp_path / ".orders.deltastream").exists()
 
 
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o007, 0o660)])
+async def test_parquet_and_jsonl_files_get_the_permissions_the_umask_leaves(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
+    previous = os.umask(umask)
+    try:
+        async with ParquetSink(tmp_path / "out", table="orders") as sink:
+            await sink.recover(REF, None, {})
+            await sink.deliver(D1)
+        async with JsonlSink(tmp_path / "orders.jsonl") as jsonl:
+            await jsonl.recover(REF, None, {})
+            await jsonl.deliver(D1)
+    finally:
+        os.umask(previous)
+    (name,) = names(tmp_path / "out")
+    assert stat.S_IMODE((tmp_path / "out" / name).stat().st_mode) == mode
+    assert stat.S_IMODE((tmp_path / "orders.jsonl").stat().st_mode) == mode
+
+
 async def test_parquet_empty_delivery_writes_nothing(tmp_path: Path) -> None:
     async with ParquetSink(tmp_path / "out") as sink:
         await sink.recover(REF, None, {})
@@ -658,6 +685,328 @@ async def test_http_retries_while_the_server_is_down() -> None:
         with pytest.raises(SinkError, match="ClientConnectorError"):
             await sink.deliver(D1)
         assert sink.retries == 2
+
+
+# ------------------------------------------------------------------- http settings (CLI, TOML)
+
+TOKEN = "s3cr3t-token-value"
+API_KEY = "k3y-value-not-for-logs"
+
+
+def load_toml(tmp_path: Path, sink: str, settings: str) -> TailConfig:
+    """The stream of a one-table ``serve`` file with ``settings`` (TOML lines) in its entry."""
+    path = tmp_path / "deltastream.toml"
+    path.write_text(
+        '[[tables]]\nname = "orders"\nuri = "/data/orders"\nstate = "/s"\n'
+        f'sink = "{sink}"\n{textwrap.dedent(settings)}'
+    )
+    (stream,) = load_config(path).streams
+    return stream.tail
+
+
+def cli_tail(*argv: str) -> TailConfig:
+    argv = ("tail", "/data/orders", "--state", "/s", "--name", "orders", *argv)
+    args = _build_parser().parse_args(argv)
+    (stream,) = _tail_config(args).streams
+    return stream.tail
+
+
+@pytest.fixture
+def secrets_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DS_TEST_TOKEN", TOKEN)
+    monkeypatch.setenv("DS_TEST_KEY", API_KEY)
+
+
+@pytest.mark.usefixtures("secrets_env")
+async def test_http_settings_from_the_toml_and_the_cli_reach_the_receiver(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    toml = load_toml(
+        tmp_path,
+        receiver.url,
+        """
+        http_headers = { Authorization = "Bearer ${DS_TEST_TOKEN}", X-Api-Key = "${DS_TEST_KEY}" }
+        http_timeout = 7.5
+        """,
+    )
+    cli = cli_tail(
+        "--sink",
+        receiver.url,
+        "--http-header",
+        "Authorization: Bearer ${DS_TEST_TOKEN}",
+        "--http-header=X-Api-Key:${DS_TEST_KEY}",
+        "--http-timeout=7.5",
+    )
+    assert cli == toml
+    # The config keeps the references; the secrets are read when the sink is made.
+    assert toml.http_headers == {
+        "Authorization": "Bearer ${DS_TEST_TOKEN}",
+        "X-Api-Key": "${DS_TEST_KEY}",
+    }
+    sink = parse_sink(receiver.url, stream=toml)
+    assert isinstance(sink, HttpSink) and sink.timeout == 7.5 and sink.verify
+    async with sink:
+        await sink.deliver(D1)
+    (req,) = receiver.requests
+    assert req.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert req.headers["X-Api-Key"] == API_KEY
+    assert req.headers["Idempotency-Key"] == D1.idempotency_key
+    for shown in (repr(sink), sink.description, repr(toml), str(toml)):
+        assert TOKEN not in shown and API_KEY not in shown
+    assert (
+        repr(sink)
+        == f"HttpSink({receiver.url!r}, timeout=7.5, headers=['Authorization', 'X-Api-Key'])"
+    )
+
+
+async def test_the_http_timeout_setting_bounds_each_request(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    sink = parse_sink(receiver.url, stream=load_toml(tmp_path, receiver.url, "http_timeout = 0.3"))
+    receiver.script = ["sleep:1.5"]
+    async with sink:
+        await sink.deliver(D1)
+        assert sink.retries == 1
+    first, second = receiver.requests
+    # The first attempt was given up after 0.3 s (then a backoff of at most 0.5 s), not
+    # waited for the 1.5 s the server took; the default would have waited.
+    assert second.at - first.at < 1.0
+    assert parse_sink(receiver.url, stream=load_toml(tmp_path, receiver.url, "")).timeout == 30
+
+
+async def test_the_tail_command_sends_headers_from_the_environment_and_never_prints_them(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    create_table(str(tmp_path / "orders"), rows=4)
+    env = {**os.environ, "DS_TEST_TOKEN": TOKEN, "DS_TEST_KEY": API_KEY}
+    result = await anyio.run_process(
+        [
+            sys.executable, "-m", "deltastream", "-v", "tail", str(tmp_path / "orders"),
+            "--sink", receiver.url, "--state", str(tmp_path / "state"), "--mode", "snapshot",
+            "--log-level", "debug",
+            "--http-header", "Authorization: Bearer ${DS_TEST_TOKEN}",
+            "--http-header", "X-Api-Key: ${DS_TEST_KEY}",
+        ],
+        env=env,
+        check=False,
+    )  # fmt: skip
+    output = result.stdout.decode() + result.stderr.decode()
+    assert result.returncode == 0, output
+    assert {r.headers["Authorization"] for r in receiver.requests} == {f"Bearer {TOKEN}"}
+    assert {r.headers["X-Api-Key"] for r in receiver.requests} == {API_KEY}
+    assert sum(len(json.loads(r.body)["rows"]) for r in receiver.requests) == 4
+    assert "orders" in output  # it did log (at debug level)
+    assert TOKEN not in output and API_KEY not in output
+
+
+def test_an_unset_environment_variable_is_a_config_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(InvalidArgumentError) as e:
+        load_toml(
+            tmp_path, "https://h/x", 'http_headers = { Authorization = "Bearer ${DS_UNSET_VAR}" }'
+        )
+    assert str(e.value).endswith(
+        "'http_headers': header 'Authorization': environment variable 'DS_UNSET_VAR' is not set"
+    )
+    assert str(tmp_path / "deltastream.toml") in str(e.value)
+    argv = ["tail", "/t", "--sink", "https://h/x", "--state", "/s"]
+    assert run([*argv, "--http-header", "Authorization: Bearer ${DS_UNSET_VAR}"]) == 2
+    assert capsys.readouterr().err == (
+        "deltastream: error: '--http-header': header 'Authorization': environment variable "
+        "'DS_UNSET_VAR' is not set\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        (
+            f'http_headers = {{ Authorization = ["Bearer", "{TOKEN}"] }}',
+            "'http_headers' must be a table of header names and string values",
+        ),
+        (f'http_headers = {{ "Bad Name" = "{TOKEN}" }}', "'Bad Name' is not an HTTP header name"),
+        (
+            f'http_headers = {{ Idempotency-Key = "{TOKEN}" }}',
+            "header 'Idempotency-Key' is set by the http sink itself",
+        ),
+        (
+            f'http_headers = {{ A = "{TOKEN}\\r\\nB: c" }}',
+            "the value of header 'A' holds a line break or NUL",
+        ),
+        ('http_headers = { A = "${DS_TEST_TOKEN" }', "header 'A': '${' without a closing '}'"),
+        ('http_headers = { A = "${1X}" }', "header 'A': ${1X} is not an environment variable name"),
+        ('http_verify = "false"', "'http_verify' must be true or false, not 'false'"),
+        ("http_timeout = 0", "'http_timeout' must be a positive number of seconds, not 0"),
+    ],
+)
+def test_bad_http_settings_are_refused_without_showing_header_values(
+    tmp_path: Path, settings: str, error: str
+) -> None:
+    with pytest.raises(InvalidArgumentError) as e:
+        load_toml(tmp_path, "https://h/x", settings)
+    assert str(e.value).endswith(error)
+    assert TOKEN not in str(e.value)
+
+
+def test_a_malformed_header_flag_is_refused_without_showing_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["tail", "/t", "--sink", "https://h/x", "--state", "/s"]
+    assert run([*argv, "--http-header", f"Authorization Bearer {TOKEN}"]) == 2
+    assert capsys.readouterr().err == (
+        "deltastream: error: --http-header expects 'Name: value' (the value is not shown)\n"
+    )
+
+
+def test_help_shows_the_http_flags_and_no_header_values(
+    capsys: pytest.CaptureFixture[str], secrets_env: None
+) -> None:
+    with pytest.raises(SystemExit):
+        run(["tail", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    for flag in ("--http-header 'NAME: VALUE'", "--http-timeout SECONDS", "--http-no-verify",
+                 "--http-ca-bundle PATH"):  # fmt: skip
+        assert flag in usage
+    assert "seconds each request may take (default: 30)" in usage
+    assert TOKEN not in usage
+
+
+# --- TLS
+
+
+@dataclass
+class TlsReceiver:
+    url: str
+    cert: Path
+    requests: list[Recorded]
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key (its own CA), and the key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "deltastream test")])
+    now = dt.datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+async def tls_receiver(tmp_path: Path) -> AsyncIterator[TlsReceiver]:
+    cert, key = self_signed_certificate(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    port = free_port()
+    rec = TlsReceiver(f"https://127.0.0.1:{port}/hook", cert, [])
+
+    async def handle(request: web.Request) -> web.Response:
+        rec.requests.append(Recorded(dict(request.headers), await request.read(), 0.0))
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/hook", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
+    try:
+        yield rec
+    finally:
+        await runner.cleanup()
+
+
+async def test_tls_verification_is_on_by_default(tls_receiver: TlsReceiver, tmp_path: Path) -> None:
+    sink = parse_sink(tls_receiver.url, stream=load_toml(tmp_path, tls_receiver.url, ""))
+    assert isinstance(sink, HttpSink) and sink.verify and sink.ca_bundle is None
+    sink.max_attempts = 1  # the default retries forever
+    async with sink:
+        with pytest.raises(SinkError, match="certificate verify failed"):
+            await sink.deliver(D1)
+    assert tls_receiver.requests == []
+
+
+@pytest.mark.usefixtures("secrets_env")
+@pytest.mark.parametrize("how", ["no-verify", "ca-bundle"])
+async def test_tls_verification_can_be_turned_off_or_given_a_ca(
+    tls_receiver: TlsReceiver, how: str
+) -> None:
+    flags = (
+        ["--http-no-verify"] if how == "no-verify" else ["--http-ca-bundle", str(tls_receiver.cert)]
+    )
+    tail = cli_tail(
+        "--sink",
+        tls_receiver.url,
+        "--http-header",
+        "Authorization: Bearer ${DS_TEST_TOKEN}",
+        *flags,
+    )
+    sink = parse_sink(tls_receiver.url, stream=tail)
+    assert isinstance(sink, HttpSink)
+    assert (sink.verify, sink.ca_bundle) == (
+        (False, None) if how == "no-verify" else (True, str(tls_receiver.cert))
+    )
+    async with sink:
+        await sink.deliver(D1)
+    (req,) = tls_receiver.requests
+    assert req.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert [row["id"] for row in json.loads(req.body)["rows"]] == [1, 2]
+
+
+def test_the_tls_settings_are_checked_when_the_config_loads(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError) as e:
+        load_toml(tmp_path, "https://h/x", 'http_verify = false\nhttp_ca_bundle = "/ca.pem"')
+    assert str(e.value).endswith(
+        "a CA bundle (/ca.pem) is given to verify TLS certificates, but verification is off: "
+        "give one or the other"
+    )
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(InvalidArgumentError) as e:
+        load_toml(tmp_path, "https://h/x", f'http_ca_bundle = "{missing}"')
+    assert str(e.value).endswith(
+        f"{missing}: cannot load CA certificates: No such file or directory"
+    )
+    not_pem = tmp_path / "deltastream.toml"
+    with pytest.raises(InvalidArgumentError, match="cannot load CA certificates"):
+        load_toml(tmp_path, "https://h/x", f'http_ca_bundle = "{not_pem}"')
+
+
+def test_other_sinks_ignore_the_http_settings(tmp_path: Path, secrets_env: None) -> None:
+    tail = load_toml(tmp_path, f"jsonl:{tmp_path}/o.jsonl", "http_timeout = 3\nhttp_verify = false")
+    assert isinstance(parse_sink(f"jsonl:{tmp_path}/o.jsonl", stream=tail), JsonlSink)
+
+
+def test_a_delivery_prints_as_one_short_line() -> None:
+    big = make_delivery(Position(3), Position(4), [batch(3, list(range(2000)))])
+    assert repr(big) == "Delivery(table='orders', start='v3', end='v4', rows=2,000)"
+    assert str(big) == repr(big)
 
 
 # ---------------------------------------------------------------------------------- exec

@@ -14,6 +14,10 @@ spec                   guarantee      what it does per delivery
 (Python API)           at-least-once  :class:`CallbackSink` calls a function
 =====================  =============  ====================================================
 
+An http sink's headers (``Authorization``: ``${NAME}`` reads an environment variable), timeout
+and TLS verification are the stream's ``http_*`` settings
+(:mod:`~deltastream.daemon.stream_config`), given to :func:`parse_sink` as ``stream``.
+
 How exactly-once works. The tailer commits a delivery's end position together with the state
 ``deliver`` returned, atomically, only after ``deliver`` returned. A crash can come at any
 instant, so the destination may hold rows past the committed position: the one delivery in
@@ -63,6 +67,7 @@ WARNING by the sink. A failure retrying cannot fix (HTTP 4xx, a redirect) raises
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deltastream.daemon.delivery import Sink
 from deltastream.daemon.sinks.callback import CallbackSink
@@ -78,6 +83,9 @@ from deltastream.daemon.sinks.parquet import (
 )
 from deltastream.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from deltastream.daemon.stream_config import TailConfig
+
 __all__ = [
     "CallbackSink",
     "ExecSink",
@@ -89,13 +97,23 @@ __all__ = [
     "parse_sink",
 ]
 
+#: The kinds of sink a spec may name (the part before the first ``:``), for messages.
+SINK_KINDS = ("jsonl", "parquet", "http", "https", "exec")
 
-def parse_sink(spec: str, *, work_dir: Path | None = None, table: str | None = None) -> Sink:
+
+def parse_sink(
+    spec: str,
+    *,
+    work_dir: Path | None = None,
+    table: str | None = None,
+    stream: TailConfig | None = None,
+) -> Sink:
     """The sink a spec string names: ``jsonl:PATH``, ``jsonl:-``, ``parquet:DIRECTORY``,
     ``http://URL``, ``https://URL`` (also spelt ``http:URL``) or ``exec:COMMAND``
     (``work_dir``: where the exec sink writes its batch files; default a temporary directory;
     ``table``: the stream's name, which lets the parquet sink clean up after a crash already
-    in ``recover``)."""
+    in ``recover``; ``stream``: the stream's settings, whose ``http_*`` ones configure an http
+    sink, the environment variables in its headers read now; other sinks ignore them)."""
     scheme, sep, rest = spec.partition(":")
     kind = scheme.strip().lower()
     if sep and rest:
@@ -104,11 +122,25 @@ def parse_sink(spec: str, *, work_dir: Path | None = None, table: str | None = N
         if kind == "parquet":
             return ParquetSink(rest, table=table)
         if kind == "http" and rest.lower().startswith(("http://", "https://")):
-            return HttpSink(rest)  # the ``http:URL`` spelling
+            return _http_sink(rest, stream)  # the ``http:URL`` spelling
         if kind in ("http", "https"):
-            return HttpSink(spec)
+            return _http_sink(spec, stream)
         if kind == "exec" and rest.strip():
             return ExecSink(rest, work_dir=work_dir)
-    known = kind in ("jsonl", "parquet", "http", "https", "exec")
-    problem = "is incomplete" if known else "is not a sink"
+    if kind in SINK_KINDS:
+        problem = "is incomplete"
+    else:
+        problem = f"is not a sink (known kinds: {', '.join(SINK_KINDS)})"
     raise InvalidArgumentError(f"sink {spec!r} {problem}: accepted forms are {SPEC_FORMS}")
+
+
+def _http_sink(url: str, stream: TailConfig | None) -> HttpSink:
+    if stream is None:
+        return HttpSink(url)
+    return HttpSink(
+        url,
+        headers=stream.resolved_http_headers,
+        timeout=stream.http_timeout,
+        verify=stream.http_verify,
+        ca_bundle=stream.http_ca_bundle,
+    )

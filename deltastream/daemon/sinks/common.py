@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import shlex
-import tempfile
 from pathlib import Path
 from typing import Final
 
@@ -24,6 +23,7 @@ from deltastream.daemon.delivery import Delivery, StreamRef
 from deltastream.daemon.sink_marker import fsync_path
 from deltastream.daemon.stream_config import STREAM_NAME
 from deltastream.errors import InvalidArgumentError
+from deltastream.output import create_temp_file
 
 #: One logger for the whole package, named as when the sinks were one module, so that log
 #: output and log configuration do not depend on which module a sink lives in.
@@ -57,8 +57,8 @@ def _write_parquet_atomically(delivery: Delivery, target: Path, *, durable: bool
     ``sink.after-write`` and ``sink.after-fsync``)."""
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    os.close(fd)
+    # Readable as the umask allows, like the jsonl sink's files (mkstemp would make it 0600).
+    tmp = create_temp_file(directory, f".{target.name}.", ".tmp")
     try:
         with pq.ParquetWriter(tmp, delivery.schema) as writer:
             for batch in delivery.batches:

@@ -1,5 +1,8 @@
 """The ``http://URL`` / ``https://URL`` sink: one JSON POST per delivery with an
 ``Idempotency-Key``, retried with backoff (or ``Retry-After``); at-least-once.
+
+Its headers hold credentials (``Authorization``): they go into requests and nowhere else,
+not into its description, its repr or its errors.
 """
 
 from __future__ import annotations
@@ -7,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import json
+import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -17,6 +21,7 @@ import anyio.to_thread
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
 from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, log
+from deltastream.daemon.stream_config import HTTP_TIMEOUT, check_http_header
 from deltastream.errors import HttpStatusError, InvalidArgumentError, SinkError
 from deltastream.output import batch_to_json_lines
 from deltastream.storage.retry import RetryEvent, backoff_delay
@@ -58,6 +63,23 @@ def _retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
 
 
+def _tls(verify: bool, ca_bundle: str | None) -> ssl.SSLContext | bool:
+    """aiohttp's ``ssl`` setting: ``True`` (verify against the system's CA certificates), a
+    context verifying against ``ca_bundle``'s, or ``False`` (no verification)."""
+    if ca_bundle is None:
+        return verify
+    if not verify:
+        raise InvalidArgumentError(
+            f"a CA bundle ({ca_bundle}) is given to verify TLS certificates, but verification "
+            "is off: give one or the other"
+        )
+    try:
+        return ssl.create_default_context(cafile=ca_bundle)
+    except OSError as e:  # ssl.SSLError too: a file that holds no certificate
+        reason = e.strerror or str(e)
+        raise InvalidArgumentError(f"{ca_bundle}: cannot load CA certificates: {reason}") from e
+
+
 def _retryable_status(status: int) -> bool:
     return status >= 500 or status in (408, 409, 429)
 
@@ -75,7 +97,10 @@ class HttpSink(Sink):
     ``max_delay``), or after the ``Retry-After`` the server asked for (capped at
     ``max_retry_after``); ``max_attempts=None`` (the default) retries forever. Other
     statuses, redirects included (they are not followed), raise :class:`HttpStatusError`.
-    ``headers`` are added to every request (e.g. ``Authorization``). At-least-once.
+    ``headers`` are added to every request (e.g. ``Authorization``). The server's TLS
+    certificate is verified against the system's CA certificates, or those in the PEM file
+    ``ca_bundle``; ``verify=False`` turns verification off (test endpoints only).
+    At-least-once.
     """
 
     guarantee: Guarantee = "at-least-once"
@@ -84,12 +109,14 @@ class HttpSink(Sink):
         self,
         url: str,
         *,
-        timeout: float = 30.0,
+        timeout: float = HTTP_TIMEOUT,
         max_attempts: int | None = None,
         base_delay: float = 0.5,
         max_delay: float = 60.0,
         max_retry_after: float = 300.0,
         headers: Mapping[str, str] | None = None,
+        verify: bool = True,
+        ca_bundle: str | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
@@ -104,6 +131,11 @@ class HttpSink(Sink):
         self.max_delay = max_delay
         self.max_retry_after = max_retry_after
         self.headers = dict(headers or {})
+        for name, value in self.headers.items():
+            check_http_header(name, value)
+        self.verify = verify
+        self.ca_bundle = ca_bundle
+        self._ssl = _tls(verify, ca_bundle)
         self._session: aiohttp.ClientSession | None = None
         #: Requests that failed and were retried, for tests and metrics.
         self.retries = 0
@@ -111,6 +143,14 @@ class HttpSink(Sink):
     @property
     def description(self) -> str:
         return self.url
+
+    def __repr__(self) -> str:
+        # Header names only: their values are credentials.
+        tls = "" if self.verify else ", verify=False"
+        tls += "" if self.ca_bundle is None else f", ca_bundle={self.ca_bundle!r}"
+        return (
+            f"HttpSink({self.url!r}, timeout={self.timeout:g}{tls}, headers={sorted(self.headers)})"
+        )
 
     async def recover(
         self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
@@ -121,7 +161,10 @@ class HttpSink(Sink):
         import aiohttp  # imported on first use: it is heavy, and most sinks never need it
 
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                connector=aiohttp.TCPConnector(ssl=self._ssl),
+            )
         return self._session
 
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:

@@ -19,7 +19,12 @@ from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
 from deltastream.daemon.sink_marker import OutputMarker, fsync_path
 from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, log
-from deltastream.errors import InvalidArgumentError, SinkRecoveryError, StorageError
+from deltastream.errors import (
+    InvalidArgumentError,
+    OutputClosedError,
+    SinkRecoveryError,
+    StorageError,
+)
 from deltastream.output import batch_to_json_lines
 
 #: How much of a jsonl file's end its committed state fingerprints.
@@ -216,9 +221,15 @@ class JsonlSink(Sink):
         self._size += written
         self._tail = tail
 
+    def _write_stdout(self, delivery: Delivery) -> None:
+        try:
+            self._write_to(sys.stdout, delivery)  # looked up each time: it may be replaced
+        except BrokenPipeError:
+            # The reader went away (``| head``): retrying cannot bring it back.
+            raise OutputClosedError(self._spec, "standard output was closed") from None
+
     @staticmethod
-    def _write_stdout(delivery: Delivery) -> None:
-        out = sys.stdout  # looked up each time: it may have been replaced
+    def _write_to(out: IO[str], delivery: Delivery) -> None:
         buffer: IO[bytes] | None = getattr(out, "buffer", None)
         for batch in delivery.batches:
             text = "".join(line + "\n" for line in batch_to_json_lines(batch))

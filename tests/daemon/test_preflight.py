@@ -1,0 +1,62 @@
+"""Start-up checks (daemon/preflight.py): what a stream cannot fix by retrying is found
+before any stream starts, and nothing is left behind by the checking."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deltastream.daemon.preflight import check_service
+from deltastream.daemon.service import ServiceConfig, StreamConfig
+from deltastream.daemon.sinks import CallbackSink
+from deltastream.daemon.stream_config import tail_config
+from deltastream.errors import InvalidArgumentError
+
+
+def service(
+    state: str, sink: str, *, work_dir: str | None = None, name: str = "t"
+) -> ServiceConfig:
+    stream = StreamConfig(tail_config(name, "/table", state, {}), sink)
+    return ServiceConfig(streams=(stream,), http_address=None, work_dir=work_dir)
+
+
+def test_local_locations_are_created_and_left_clean(tmp_path: Path) -> None:
+    state, out, parquet = tmp_path / "a" / "state", tmp_path / "b" / "o.jsonl", tmp_path / "c"
+    check_service(service(str(state), f"jsonl:{out}"))
+    check_service(service(str(state) + "2", f"parquet:{parquet}", work_dir=str(tmp_path / "w")))
+    assert state.is_dir() and out.parent.is_dir() and parquet.is_dir()
+    assert (tmp_path / "w").is_dir()
+    # The probe files are gone; the sink's output itself is not created.
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_locations_on_s3_are_left_to_the_streams(tmp_path: Path) -> None:
+    # No bucket, no endpoint: checking must not try to reach anything.
+    check_service(service("s3://no-such-bucket/state", "jsonl:-"))
+
+
+def test_an_unusable_work_dir_is_named(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(InvalidArgumentError) as e:
+        check_service(service(str(tmp_path / "s"), "jsonl:-", work_dir=str(blocked / "w")))
+    assert str(e.value) == (
+        f"{blocked}/w: cannot use as work_dir (the exec sinks' batch files): Not a directory"
+    )
+
+
+def test_local_state_with_storage_options_is_refused() -> None:
+    stream = StreamConfig(
+        tail_config("t", "/table", "/var/tmp/s", {"state_storage_options": {"region": "x"}}),
+        "jsonl:-",
+    )
+    with pytest.raises(InvalidArgumentError, match="only apply to s3://"):
+        check_service(ServiceConfig(streams=(stream,), http_address=None))
+
+
+def test_sinks_given_as_objects_are_checked_instead_of_their_specs(tmp_path: Path) -> None:
+    config = service(str(tmp_path / "s"), "demo:print")  # no sink spec: a Python sink
+    with pytest.raises(InvalidArgumentError, match="'demo:print' is not a sink"):
+        check_service(config)
+    check_service(config, {"t": CallbackSink(print, description="demo:print")})
