@@ -3,6 +3,7 @@ being off, schema changes inside the range, missing or broken files, order and s
 
 from __future__ import annotations
 
+import datetime as dt
 import glob
 import json
 import os
@@ -71,11 +72,16 @@ def test_rows_come_in_version_order_with_typed_metadata_columns(history: str) ->
     versions = table["_commit_version"].to_pylist()
     assert versions == sorted(versions)
     stamps = {r["_commit_version"]: r["_commit_timestamp"] for r in table.to_pylist()}
+    # The commit file's time, made strictly increasing (snapshot/timestamps.py): commits
+    # written within one millisecond of each other are 1 ms apart.
+    expected: dict[int, int] = {}
+    for v in range(max(stamps) + 1):
+        path = os.path.join(history, "_delta_log", f"{v:020d}.json")
+        mtime = os.stat(path).st_mtime_ns // 1_000_000
+        expected[v] = max(mtime, expected[v - 1] + 1) if v else mtime
     for v, ts in stamps.items():
-        mtime = (
-            os.stat(os.path.join(history, "_delta_log", f"{v:020d}.json")).st_mtime_ns // 1_000_000
-        )
-        assert int(ts.timestamp() * 1000) == mtime
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        assert (ts - epoch) // dt.timedelta(milliseconds=1) == expected[v]
 
 
 def test_sub_ranges_and_projection(history: str) -> None:
