@@ -1,22 +1,124 @@
-"""Per-table counters and gauges of the tailer, and their Prometheus text exposition.
+"""Per-stream counters, gauges and histograms of the daemon: the numbers behind ``/metrics``
+and ``/healthz``.
 
-Each stream owns one :class:`TableMetrics`, updated in place by its tailer and its
-supervisor (single event loop, so no locking): progress, errors, and the retries of its
-stores and sink (:meth:`TableMetrics.record_retry`), which also tell whether the stream is in
-a run of retries that nothing has succeeded since (:attr:`TableMetrics.retrying_since`, what
-the service's health check looks at). :func:`render_prometheus` turns a set of them into the
-text format version 0.0.4 that Prometheus scrapes from ``/metrics``.
+Each stream owns one :class:`TableMetrics`, updated in place by its tailer, its delivery
+pump and its supervisor (single event loop, so no locking): progress, errors, the retries of
+its stores and sink (:meth:`TableMetrics.record_retry`), which also tell whether the stream
+is in a run of retries that nothing has succeeded since (:attr:`TableMetrics.retrying_since`,
+what the service's health check looks at), and three :class:`Histogram` of durations (polls,
+sink writes, commit-to-delivery latency). Nothing here knows Prometheus:
+:mod:`deltastream.daemon.metrics_exposition` turns these into the ``/metrics`` exposition.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from deltastream.storage.retry import RetryEvent
 
-__all__ = ["TableMetrics", "render_prometheus"]
+if TYPE_CHECKING:
+    from deltastream.daemon.delivery import Delivery
+
+__all__ = [
+    "DELIVERY_LATENCY_BUCKETS",
+    "ENDED_STATES",
+    "POLL_DURATION_BUCKETS",
+    "SINK_WRITE_BUCKETS",
+    "STREAM_STATES",
+    "Histogram",
+    "TableMetrics",
+    "commit_times",
+]
+
+#: Every value of :attr:`TableMetrics.status`, in the order a stream usually passes them.
+STREAM_STATES = ("starting", "snapshot", "following", "retrying", "failed", "stopped")
+#: The states of a stream that no longer runs (failed for good, or stopped).
+ENDED_STATES = frozenset({"failed", "stopped"})
+
+# Histogram buckets (upper bounds, seconds; ``+Inf`` is implicit).
+# fmt: off
+#: A poll is one LIST: a millisecond on local disk, tens of them on S3, seconds only when it
+#: is being retried.
+POLL_DURATION_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+#: A sink write: a file append or an HTTP POST, up to the minutes of a sink's own retries.
+SINK_WRITE_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+    300.0,
+)
+#: Commit to acknowledgement: at least part of a poll interval (1 s by default) when
+#: following, up to hours when catching up after a stop.
+DELIVERY_LATENCY_BUCKETS = (
+    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+    7200.0, 21600.0, 86400.0,
+)
+# fmt: on
+
+
+@dataclass
+class Histogram:
+    """Observations counted in fixed buckets, as a Prometheus histogram counts them: a value
+    falls in the first bucket whose upper bound (``le``) is at least the value, or in the
+    implicit ``+Inf`` one after ``bounds``."""
+
+    bounds: tuple[float, ...]
+    #: Observations per bucket (not cumulative); the last is the ``+Inf`` bucket's.
+    counts: list[int] = field(init=False)
+    sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if list(self.bounds) != sorted(set(self.bounds)):
+            raise ValueError(f"bucket bounds must increase: {self.bounds}")
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(upper bound, observations <= it)`` for every bucket, ``+Inf`` (``math.inf``)
+        last: the samples of a Prometheus histogram's ``_bucket`` series."""
+        bounds = (*self.bounds, float("inf"))
+        total, out = 0, []
+        for bound, n in zip(bounds, self.counts, strict=True):
+            total += n
+            out.append((bound, total))
+        return out
+
+
+_TICKS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def commit_times(delivery: Delivery) -> dict[int, float]:
+    """Commit time (epoch seconds) of each version whose rows ``delivery`` carries.
+
+    Each batch holds the rows of one file read, of one version, whose ``_commit_version``
+    and ``_commit_timestamp`` are constants of the read: its first row speaks for it. The
+    timestamp is read as a number, never as a datetime, which a hostile commit's could
+    overflow.
+    """
+    times: dict[int, float] = {}
+    for batch in delivery.batches:
+        if not batch.num_rows:
+            continue
+        version = batch.column("_commit_version")[0].as_py()
+        stamp = batch.column("_commit_timestamp")[0]
+        if not isinstance(stamp, pa.TimestampScalar) or not isinstance(version, int):
+            continue
+        value = stamp.value
+        if value is not None and version not in times:
+            times[version] = value / _TICKS_PER_SECOND[stamp.type.unit]
+    return times
 
 
 @dataclass
@@ -25,7 +127,7 @@ class TableMetrics:
 
     name: str
     uri: str
-    #: ``starting``, ``snapshot``, ``following``, ``retrying``, ``failed`` or ``stopped``.
+    #: One of :data:`STREAM_STATES`.
     status: str = "starting"
     last_error: str = ""
     last_seen_version: int = -1
@@ -34,7 +136,6 @@ class TableMetrics:
     oldest_undelivered_ms: int | None = None
     rows_delivered: int = 0
     deliveries: int = 0
-    polls: int = 0
     errors: int = 0
     restarts: int = 0
     skipped_files: int = 0
@@ -52,11 +153,37 @@ class TableMetrics:
     #: them; see :attr:`retrying_since`.
     retry_run_started: float | None = None
     last_retry_monotonic: float | None = None
-    poll_seconds_total: float = 0.0
-    last_poll_seconds: float = 0.0
+    #: Seconds of each poll (one LIST of the log), over every run of the stream.
+    poll_duration: Histogram = field(default_factory=lambda: Histogram(POLL_DURATION_BUCKETS))
+    #: Seconds of each sink write the sink acknowledged (its own retries included).
+    sink_write_duration: Histogram = field(default_factory=lambda: Histogram(SINK_WRITE_BUCKETS))
+    #: Seconds from a commit's timestamp to the sink's acknowledgement of a delivery of its
+    #: rows: one observation per version and delivery (see :meth:`record_sink_write`).
+    delivery_latency: Histogram = field(default_factory=lambda: Histogram(DELIVERY_LATENCY_BUCKETS))
     #: Monotonic time of the last poll or delivery, for liveness (``None`` before any).
     last_activity_monotonic: float | None = None
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def polls(self) -> int:
+        return self.poll_duration.count
+
+    @property
+    def running(self) -> bool:
+        """Whether the stream still runs (it has neither failed for good nor stopped)."""
+        return self.status not in ENDED_STATES
+
+    def record_sink_write(self, delivery: Delivery, seconds: float) -> None:
+        """The sink acknowledged ``delivery`` after ``seconds``: observe the write, and the
+        latency of each commit whose rows it carries (not those of a snapshot: its rows are
+        the table as of a version, not a commit being passed on). A commit timestamp in the
+        future (another machine's clock) counts as no latency."""
+        acknowledged = time.time()
+        self.sink_write_duration.observe(seconds)
+        if delivery.start.snapshot:
+            return
+        for committed in commit_times(delivery).values():
+            self.delivery_latency.observe(max(0.0, acknowledged - committed))
 
     @property
     def retrying_since(self) -> float | None:
@@ -127,91 +254,3 @@ class TableMetrics:
                 else None
             ),
         }
-
-
-_METRICS: tuple[tuple[str, str, str], ...] = (
-    # name, type, help
-    ("deltastream_last_seen_version", "gauge", "Newest table version seen in the log."),
-    ("deltastream_last_delivered_version", "gauge", "Newest version fully delivered."),
-    ("deltastream_lag_versions", "gauge", "Versions seen but not yet delivered."),
-    ("deltastream_lag_seconds", "gauge", "Age of the oldest undelivered commit."),
-    ("deltastream_rows_delivered_total", "counter", "Change rows delivered to the sink."),
-    ("deltastream_deliveries_total", "counter", "Deliveries acknowledged by the sink."),
-    ("deltastream_polls_total", "counter", "LIST requests made to watch the log."),
-    ("deltastream_poll_seconds_total", "counter", "Time spent in polls."),
-    ("deltastream_last_poll_seconds", "gauge", "Duration of the latest poll."),
-    ("deltastream_errors_total", "counter", "Errors that stopped or restarted the stream."),
-    ("deltastream_restarts_total", "counter", "Restarts of the stream after an error."),
-    ("deltastream_skipped_files_total", "counter", "Vacuumed data files skipped."),
-    ("deltastream_up", "gauge", "1 while the stream runs, 0 once it failed or stopped."),
-    ("deltastream_sink_retries_total", "counter", "Retries of deliveries inside the sink."),
-    ("deltastream_sink_failures_total", "counter", "Deliveries that failed (raised)."),
-    (
-        "deltastream_last_delivery_timestamp_seconds",
-        "gauge",
-        "When the sink last acknowledged a delivery (epoch seconds; 0 before any).",
-    ),
-    (
-        "deltastream_last_error_timestamp_seconds",
-        "gauge",
-        "When the stream last had an error or a retry (epoch seconds; 0 before any).",
-    ),
-)
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _value(m: TableMetrics, name: str, now_ms: int) -> float:
-    values: dict[str, float] = {
-        "deltastream_last_seen_version": m.last_seen_version,
-        "deltastream_last_delivered_version": m.last_delivered_version,
-        "deltastream_lag_versions": m.lag_versions,
-        "deltastream_lag_seconds": m.lag_seconds(now_ms),
-        "deltastream_rows_delivered_total": m.rows_delivered,
-        "deltastream_deliveries_total": m.deliveries,
-        "deltastream_polls_total": m.polls,
-        "deltastream_poll_seconds_total": m.poll_seconds_total,
-        "deltastream_last_poll_seconds": m.last_poll_seconds,
-        "deltastream_errors_total": m.errors,
-        "deltastream_restarts_total": m.restarts,
-        "deltastream_skipped_files_total": m.skipped_files,
-        "deltastream_up": 0.0 if m.status in ("failed", "stopped") else 1.0,
-        "deltastream_sink_retries_total": m.sink_retries,
-        "deltastream_sink_failures_total": m.sink_failures,
-        "deltastream_last_delivery_timestamp_seconds": m.last_delivery_time or 0.0,
-        "deltastream_last_error_timestamp_seconds": m.last_error_time or 0.0,
-    }
-    return values[name]
-
-
-def render_prometheus(tables: Iterable[TableMetrics]) -> str:
-    """The Prometheus text exposition of every table's metrics, labelled by ``table``."""
-    tables = list(tables)
-    now_ms = int(time.time() * 1000)
-    lines: list[str] = []
-    for name, kind, help_text in _METRICS:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        for m in tables:
-            value = _value(m, name, now_ms)
-            text = repr(float(value)) if isinstance(value, float) else str(value)
-            lines.append(f'{name}{{table="{_escape(m.name)}"}} {text}')
-    # One sample per (table, operation) seen; the metric is described even with none.
-    name = "deltastream_storage_retries_total"
-    lines.append(f"# HELP {name} Retried requests to the table's and the state's stores.")
-    lines.append(f"# TYPE {name} counter")
-    for m in tables:
-        for operation, count in sorted(m.storage_retries.items()):
-            lines.append(
-                f'{name}{{table="{_escape(m.name)}",operation="{_escape(operation)}"}} {count}'
-            )
-    lines.append("# HELP deltastream_table_info Stream status (value 1), with URI and status.")
-    lines.append("# TYPE deltastream_table_info gauge")
-    for m in tables:
-        lines.append(
-            f'deltastream_table_info{{table="{_escape(m.name)}",uri="{_escape(m.uri)}",'
-            f'status="{_escape(m.status)}"}} 1'
-        )
-    return "\n".join(lines) + "\n"

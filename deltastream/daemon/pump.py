@@ -178,6 +178,7 @@ class DeliveryPump:
         except Exception:
             self.metrics.sink_failures += 1
             raise
+        self.metrics.record_sink_write(delivery, time.monotonic() - began)
         crash_point("state.before-commit")
         with anyio.CancelScope(shield=True):
             # Once the sink has the rows, record it even if shutdown is under way: a

@@ -5,7 +5,8 @@
   for too long, restarting too often), stuck, or the service is stopping;
 * ``/livez``, liveness: 200 ``{"status": "alive"}`` whenever the process answers at all (a
   down sink or table is no reason to restart the process);
-* ``/metrics``, Prometheus text format.
+* ``/metrics``, Prometheus text format (version 0.0.4): a registry of the service's own,
+  :func:`~deltastream.daemon.metrics_exposition.metrics_registry`.
 
 Bound to 127.0.0.1 by default: the endpoints reveal table locations, so exposing them on
 other interfaces is an explicit choice (``--http 0.0.0.0:9464``).
@@ -19,17 +20,16 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 from aiohttp import web
+from prometheus_client.exposition import generate_latest
 
 from deltastream.daemon.address import parse_address
-from deltastream.daemon.metrics import render_prometheus
+from deltastream.daemon.metrics_exposition import CONTENT_TYPE, metrics_registry
 from deltastream.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from deltastream.daemon.service import Service
 
 __all__ = ["parse_address", "serve_http"]
-
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def serve_http(
@@ -40,6 +40,7 @@ async def serve_http(
 ) -> None:
     """Serve the endpoints until cancelled; reports the bound ``(host, port)`` when ready."""
     host, port = parse_address(address)
+    registry = metrics_registry(service.metrics.values())
 
     async def healthz(request: web.Request) -> web.Response:
         healthy, body = service.health()
@@ -54,8 +55,7 @@ async def serve_http(
         return web.Response(text=json.dumps({"status": "alive"}), content_type="application/json")
 
     async def metrics(request: web.Request) -> web.Response:
-        body = render_prometheus(service.metrics.values())
-        return web.Response(body=body.encode(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)

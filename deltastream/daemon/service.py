@@ -184,7 +184,7 @@ class Service:
     async def _cancel_after_grace(self, scope: anyio.CancelScope) -> None:
         await self._stopping.wait()
         await anyio.sleep(self.config.shutdown_grace)
-        busy = [n for n, m in self.metrics.items() if m.status not in ("stopped", "failed")]
+        busy = [n for n, m in self.metrics.items() if m.running]
         if busy:
             log.warning(
                 "streams still busy after %ss, cancelling: %s",

@@ -356,9 +356,7 @@ class Tailer:
         while not self.stopping:
             listing = await watcher.poll(next_version)
             m = self.metrics
-            m.polls = watcher.stats.polls
-            m.last_poll_seconds = watcher.stats.last_poll_seconds
-            m.poll_seconds_total = watcher.stats.total_poll_seconds
+            m.poll_duration.observe(watcher.stats.last_poll_seconds)
             m.last_activity_monotonic = time.monotonic()
             commits = listing.commits()
             if commits:

@@ -584,7 +584,7 @@ def run_scenario(
         sinks=sinks,
         metrics={name: metric_samples(text, name) for name in RETRY_METRICS},
         restarts=by_table(metric_samples(text, "deltastream_restarts_total")),
-        up=by_table(metric_samples(before_stop, "deltastream_up")),
+        up=by_table(metric_samples(before_stop, "deltastream_stream_running")),
         died=died,
         exit_status=exit_status,
         stop_seconds=stop_seconds,
@@ -704,7 +704,7 @@ def format_report(report: Report) -> str:
         if report.stop_seconds is not None:
             status += f" ({report.stop_seconds:.1f} s to stop)"
     up = ", ".join(f"{k}={v:g}" for k, v in sorted(report.up.items())) or "n/a"
-    lines.append(f"daemon  : {status}; deltastream_up before the stop: {up}")
+    lines.append(f"daemon  : {status}; deltastream_stream_running before the stop: {up}")
     for r in report.sinks.values():
         if r.lost:
             lines.append(f"LOST in {r.name}: {_rows(r.lost)}")

@@ -24,7 +24,8 @@ from conftest import S3_CREDENTIALS, S3Server, free_port
 from tailing import Collector, create_table, eventually
 
 from deltastream.daemon.config import parse_config
-from deltastream.daemon.metrics import TableMetrics, render_prometheus
+from deltastream.daemon.metrics import TableMetrics
+from deltastream.daemon.metrics_exposition import render_prometheus
 from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.tailer import Mode, TailConfig
 from deltastream.errors import InvalidArgumentError
@@ -207,8 +208,8 @@ def test_prometheus_text_has_the_retry_metrics() -> None:
         m.record_retry(RetryEvent(op, "s3://b/t/x", 1, "503 SlowDown", 0.1), sink=False)
     m.record_retry(RetryEvent("POST", "http://h/", 1, "HTTP 503", 0.5), sink=True)
     text = render_prometheus([m])
-    assert 'deltastream_storage_retries_total{table="orders",operation="GET"} 2' in text
-    assert 'deltastream_storage_retries_total{table="orders",operation="LIST"} 1' in text
+    assert 'deltastream_storage_retries_total{operation="GET",table="orders"} 2.0' in text
+    assert 'deltastream_storage_retries_total{operation="LIST",table="orders"} 1.0' in text
     assert 'deltastream_sink_retries_total{table="orders"} 1' in text
     assert sample(text, "deltastream_last_error_timestamp_seconds", "orders") > 0
     assert m.last_error == "POST http://h/ failed: HTTP 503"

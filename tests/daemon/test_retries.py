@@ -18,7 +18,7 @@ from conftest import S3_CREDENTIALS, free_port
 from tailing import Collector, create_table
 
 from deltastream.daemon.delivery import Delivery, Position
-from deltastream.daemon.metrics import render_prometheus
+from deltastream.daemon.metrics_exposition import render_prometheus
 from deltastream.daemon.sinks import ExecSink, HttpSink
 from deltastream.daemon.tailer import Mode, TailConfig, Tailer
 from deltastream.errors import SinkError, StorageError
@@ -136,7 +136,7 @@ async def test_tailer_counts_and_logs_storage_retries(
     assert m.last_error_time is not None
     assert m.retrying_since is not None
     text = render_prometheus([m])
-    assert f'deltastream_storage_retries_total{{table="orders",operation="{operation}"}} 3' in text
+    assert f'deltastream_storage_retries_total{{operation="{operation}",table="orders"}} 3' in text
     pattern = re.compile(
         rf"^orders: {operation} s3://state-bucket/orders/\S+ failed \((?P<cause>.+)\); "
         r"retry (?P<n>\d) in \d+\.\d\ds$"

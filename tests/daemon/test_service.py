@@ -72,7 +72,8 @@ async def test_a_broken_table_does_not_stop_the_others(tmp_path: Path) -> None:
     status = {t["name"]: t["status"] for t in health["tables"]}
     assert status == {"good": "following", "corrupt": "failed", "missing": "failed"}
     assert 'deltastream_last_delivered_version{table="good"} 5' in metrics
-    assert 'deltastream_up{table="corrupt"} 0.0' in metrics
+    assert 'deltastream_stream_running{table="corrupt"} 0.0' in metrics
+    assert 'deltastream_stream_state{state="failed",table="corrupt"} 1.0' in metrics
     assert 'deltastream_rows_delivered_total{table="good"}' in metrics
     assert collectors["good"].counter() == expected_changes(good, 0, 5)
     # The corrupt table's first version was delivered before its stream stopped.

@@ -13,7 +13,8 @@ from deltalake import DeltaTable
 from tailing import Writer, create_table
 
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.metrics import TableMetrics, render_prometheus
+from deltastream.daemon.metrics import TableMetrics
+from deltastream.daemon.metrics_exposition import render_prometheus
 from deltastream.daemon.progress import TerminalProgress
 from deltastream.daemon.state import POSITION_KEY, StateStore, StreamState
 from deltastream.errors import CorruptFileError, InvalidArgumentError, StateConflictError
