@@ -26,7 +26,10 @@ from collections.abc import Callable
 from typing import Unpack
 from urllib.parse import urlsplit
 
+import anyio
+
 from deltastream.daemon.delivery import Delivery, Sink
+from deltastream.daemon.preflight import check_service
 from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, single_stream
 from deltastream.daemon.sinks import CallbackSink, parse_sink
@@ -70,10 +73,14 @@ async def tail(
         callback = CallbackSink(sink)
         sinks[config.name] = callback
         spec = callback.description
+    service_config = single_stream(config, spec, http_address=http_address)
+    # The CLI's start-up checks (address bindable, state and sink locations usable): a
+    # clear InvalidArgumentError here rather than an ExceptionGroup from a running service.
+    await anyio.to_thread.run_sync(check_service, service_config, sinks)
     if reset:
         target = sinks.get(config.name) or parse_sink(spec, table=config.name)
         await reset_stream(config.name, target, config.state, config.resolved_state_options)
-    service = Service(single_stream(config, spec, http_address=http_address), sinks=sinks)
+    service = Service(service_config, sinks=sinks)
     await service.run()
     for error in service.failures.values():
         raise error

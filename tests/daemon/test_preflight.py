@@ -60,3 +60,30 @@ def test_sinks_given_as_objects_are_checked_instead_of_their_specs(tmp_path: Pat
     with pytest.raises(InvalidArgumentError, match="'demo:print' is not a sink"):
         check_service(config)
     check_service(config, {"t": CallbackSink(print, description="demo:print")})
+
+
+@pytest.mark.anyio
+async def test_the_python_tail_runs_the_same_checks_before_it_starts(tmp_path: Path) -> None:
+    """Not an ExceptionGroup from a running service: one InvalidArgumentError, nothing made."""
+    import socket
+
+    from tailing import create_table
+
+    import deltastream as ds
+
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(InvalidArgumentError, match=f"127.0.0.1:{port}"):
+            await ds.tail(
+                uri,
+                f"jsonl:{tmp_path / 'out.jsonl'}",
+                state=str(tmp_path / "state"),
+                http_address=f"127.0.0.1:{port}",
+            )
+    assert not (tmp_path / "out.jsonl").exists()
+    with pytest.raises(InvalidArgumentError, match="state directory"):
+        await ds.tail(uri, "jsonl:-", state="/proc/nope")
