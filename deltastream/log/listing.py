@@ -9,9 +9,6 @@ stale in the wrong direction, or names a checkpoint that is not there.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-
-import anyio.to_thread
 
 from deltastream.errors import (
     CorruptFileError,
@@ -30,7 +27,6 @@ from deltastream.log.paths import (
 )
 from deltastream.log.segment import IncompleteListingError, LogListing, LogSegment, build_segment
 from deltastream.storage.base import ObjectStore
-from deltastream.storage.local import LocalStore
 
 __all__ = ["list_log", "load_segment", "read_last_checkpoint"]
 
@@ -63,15 +59,6 @@ async def list_log(store: ObjectStore, from_version: int = 0) -> LogListing:
     return LogListing(table_uri=store.root_uri, files=tuple(files), listed_from=from_version)
 
 
-def _not_a_directory(path: Path) -> str | None:
-    """Why a local table path is no directory to look for a table in, or ``None``."""
-    if path.is_dir():
-        return None
-    if path.exists():
-        return "not a Delta table: a file, not a directory"
-    return "not a Delta table: no such directory"
-
-
 async def load_segment(
     store: ObjectStore,
     version: int | None = None,
@@ -102,11 +89,10 @@ async def load_segment(
         segment = build_segment(listing, version, use_compactions=use_compactions)
     except TableNotFoundError:
         # An empty listing cannot tell a mistyped path from a directory without a table;
-        # a local store can, at the cost of one stat on this error path only.
-        if isinstance(store, LocalStore):
-            problem = await anyio.to_thread.run_sync(_not_a_directory, store.root)
-            if problem is not None:
-                raise TableNotFoundError(store.root_uri, problem) from None
+        # a local store can (one stat, on this error path only).
+        problem = await store.root_problem()
+        if problem is not None:
+            raise TableNotFoundError(store.root_uri, f"not a Delta table: {problem}") from None
         raise
     except (IncompleteListingError, VersionNotFoundError):
         if listing.listed_from == 0:

@@ -226,6 +226,13 @@ class ObjectStore(AsyncClosable, ABC):
         thread (``anyio.to_thread.run_sync``), never from the event loop itself."""
         return pa.BufferReader(await self.get(key))
 
+    async def root_problem(self) -> str | None:
+        """Why nothing can be stored under the root, where the store can tell cheaply (a
+        local root that is no directory), else ``None`` (this default: an object store's
+        prefix exists as soon as a key under it does). Asked only on error paths, to tell a
+        mistyped location from an empty one."""
+        return None
+
     async def watch(self, directory: str) -> ChangeFeed | None:
         """A change feed for ``directory`` (a key prefix ending in ``/``, or ``""`` for the
         root), or None when this store offers none (this default) or cannot watch that

@@ -236,6 +236,14 @@ class LocalStore(ObjectStore):
         out.sort(key=lambda m: m.key.encode("utf-8", "surrogateescape"))
         return out
 
+    async def root_problem(self) -> str | None:
+        def problem() -> str | None:
+            if self.root.is_dir():
+                return None
+            return "a file, not a directory" if self.root.exists() else "no such directory"
+
+        return await anyio.to_thread.run_sync(problem)
+
     async def watch(self, directory: str) -> ChangeFeed | None:
         """A feed woken by files created in, renamed into or written in ``directory`` (not in
         its subdirectories: the watch is not recursive). Returns None if the directory does
