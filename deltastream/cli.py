@@ -71,7 +71,10 @@ def _storage_options(pairs: Sequence[str]) -> dict[str, str]:
     return parse_key_values(pairs, "--storage-option")
 
 
-_URI_HELP = "table location: a local path or s3://bucket/prefix"
+_URI_HELP = (
+    "table location: a local path, s3://bucket/prefix, gs://bucket/prefix or an Azure URI "
+    "(az://container/prefix, abfss://container@account.dfs.core.windows.net/prefix)"
+)
 
 
 def _add_table_args(p: argparse.ArgumentParser) -> None:
@@ -81,7 +84,8 @@ def _add_table_args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="S3 setting (endpoint_url, region, access_key_id, …); may repeat",
+        help="object store setting (S3: endpoint_url, region, …; GCS: google_service_account, "
+        "…; Azure: azure_storage_account_name, …; see README); may repeat",
     )
 
 
@@ -203,7 +207,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="jsonl:PATH, jsonl:-, parquet:DIR, http://URL, https://URL or exec:COMMAND",
     )
     tail.add_argument(
-        "--state", required=True, help="the stream's state directory (a local path or s3://)"
+        "--state",
+        required=True,
+        help="the stream's state directory (a local path, s3://, gs:// or an Azure URI)",
     )
     tail.add_argument("--name", help="the stream's name (default: from the table's path)")
     # --mode, --from, --storage-option, --poll-interval, …: the stream options, with their
@@ -237,7 +243,7 @@ def _build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="S3 setting for the state directory",
+        help="object store setting for the state directory",
     )
 
     serve = sub.add_parser("serve", help="follow the tables of a TOML configuration file")

@@ -87,6 +87,9 @@ def s3_server() -> Iterator[S3Server]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    # moto's werkzeug logs every request at INFO from its threads: with the CLI's handlers
+    # (tests run it in-process) those lines would land in a captured, maybe closed, stderr.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -126,6 +129,116 @@ def s3_bucket(s3_server: S3Server) -> S3Bucket:
     name = f"test-{uuid.uuid4().hex[:12]}"
     s3_server.client().create_bucket(Bucket=name)
     return S3Bucket(s3_server, name)
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[str]:
+    """gcp-storage-emulator on 127.0.0.1 (tests/emulators.py): its endpoint."""
+    from emulators import gcs_emulator
+
+    with gcs_emulator() as endpoint:
+        yield endpoint
+
+
+@dataclass(frozen=True)
+class GcsBucket:
+    """A bucket on the GCS emulator (the interface of :class:`S3Bucket`)."""
+
+    endpoint: str
+    name: str
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return {"endpoint_url": self.endpoint}
+
+    def uri(self, prefix: str = "") -> str:
+        return f"gs://{self.name}/{prefix}" if prefix else f"gs://{self.name}"
+
+    def put(self, key: str, data: bytes) -> None:
+        from emulators import gcs_put
+
+        gcs_put(self.endpoint, self.name, key, data)
+
+    def upload_dir(self, local: Path, prefix: str) -> str:
+        for path in sorted(local.rglob("*")):
+            if path.is_file():
+                self.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
+        return self.uri(prefix)
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server: str) -> GcsBucket:
+    from emulators import gcs_create_bucket
+
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    gcs_create_bucket(gcs_server, name)
+    return GcsBucket(gcs_server, name)
+
+
+@pytest.fixture(scope="session")
+def azurite_server() -> Iterator[str]:
+    """Azurite's blob service on 127.0.0.1 (tests/emulators.py): its blob endpoint, with
+    the account's path."""
+    from emulators import azurite
+
+    with azurite() as endpoint:
+        yield endpoint
+
+
+@dataclass(frozen=True)
+class AzureContainer:
+    """A container on Azurite (the interface of :class:`S3Bucket`)."""
+
+    endpoint: str
+    name: str
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return {"endpoint_url": self.endpoint, "azure_storage_use_emulator": "true"}
+
+    def uri(self, prefix: str = "") -> str:
+        return f"az://{self.name}/{prefix}" if prefix else f"az://{self.name}"
+
+    def client(self) -> Any:
+        """A synchronous container client, for test set-up only."""
+        from azure.storage.blob import ContainerClient
+        from emulators import azurite_connection_string
+
+        return ContainerClient.from_connection_string(
+            azurite_connection_string(self.endpoint), self.name
+        )
+
+    def put(self, key: str, data: bytes) -> None:
+        with self.client() as client:
+            client.upload_blob(key, data, overwrite=True)
+
+    def upload_dir(self, local: Path, prefix: str) -> str:
+        with self.client() as client:
+            for path in sorted(local.rglob("*")):
+                if path.is_file():
+                    key = f"{prefix}/{path.relative_to(local).as_posix()}"
+                    client.upload_blob(key, path.read_bytes(), overwrite=True)
+        return self.uri(prefix)
+
+
+@pytest.fixture
+def azure_container(azurite_server: str) -> AzureContainer:
+    container = AzureContainer(azurite_server, f"test-{uuid.uuid4().hex[:12]}")
+    with container.client() as client:
+        client.create_container()
+    return container
+
+
+#: The object stores that store-agnostic tests run on, each by the fixture of its buckets
+#: (S3 on moto, Azure on Azurite, GCS on gcp-storage-emulator). Their values have the same
+#: interface (``tests/object_stores.py``, ``Bucket``).
+OBJECT_STORES = {"s3": "s3_bucket", "azure": "azure_container", "gcs": "gcs_bucket"}
+
+
+@pytest.fixture(params=list(OBJECT_STORES))
+def object_bucket(request: pytest.FixtureRequest) -> Any:
+    """A new, empty bucket (or container) on each object store in turn."""
+    return request.getfixturevalue(OBJECT_STORES[request.param])
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ Some requests get a fault instead. The faults:
 * ``slowdown``: ``503 SlowDown`` with S3's XML error body; not forwarded;
 * ``internal``: ``500 InternalError``; not forwarded;
 * ``denied``: ``403 AccessDenied``; not forwarded;
+* ``busy``: ``503 ServerBusy`` (Azure's throttling), ``throttled``: ``429 TooManyRequests``
+  (GCS's); not forwarded;
 * ``drop``: the request is read, then the connection is closed (FIN) without an answer;
 * ``reset``: the connection is aborted with a TCP RST before any answer; not forwarded;
 * ``lost``: the request is forwarded (it takes effect upstream), then the connection is
@@ -65,7 +67,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -80,6 +82,9 @@ _ERRORS: dict[str, tuple[int, str, str]] = {
     "slowdown": (503, "SlowDown", "Please reduce your request rate."),
     "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
     "denied": (403, "AccessDenied", "Access Denied"),
+    # Azure's and GCS's throttling answers (Azure's error bodies have S3's XML shape).
+    "busy": (503, "ServerBusy", "The server is busy."),
+    "throttled": (429, "TooManyRequests", "Rate limit exceeded."),
 }
 #: Every fault the proxy can inject.
 FAULTS = (*_ERRORS, "drop", "reset", "lost", "delay")
@@ -115,6 +120,8 @@ class Seen:
     method: str
     path: str  # raw path and query
     outcome: str  # a fault, "forwarded <upstream status>" or "upstream failed"
+    #: The request's Authorization header, for forwarded requests (None: none, or a fault).
+    authorization: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -392,7 +399,7 @@ class FaultProxy:
                 web.Response(status=502, text=f"fault proxy: upstream failed: {e!r}")
             )
         self._record(
-            Seen(method, path, f"forwarded {status}"),
+            Seen(method, path, f"forwarded {status}", request.headers.get("Authorization")),
             FaultEvent(time.time(), kind, method, path, status) if kind is not None else None,
             forwarded=True,
         )

@@ -21,9 +21,9 @@ LAYERS = {
 TOP = 7  # spark, daemon, cli and the package's own __init__/__main__
 #: Network libraries: the object stores use them, and so does the daemon for its own endpoints
 #: (the HTTP sink and the health/metrics server); nothing else may.
-STORAGE_ONLY_IMPORTS = {"aiobotocore", "botocore", "aiohttp", "watchfiles"}
+STORAGE_ONLY_IMPORTS = {"aiobotocore", "botocore", "aiohttp", "watchfiles", "azure", "gcloud"}
 NETWORK_PACKAGES = ("deltastream.storage", "deltastream.daemon")
-DAEMON_FORBIDDEN = {"aiobotocore", "botocore", "watchfiles"}
+DAEMON_FORBIDDEN = {"aiobotocore", "botocore", "watchfiles", "azure", "gcloud"}
 
 
 def layer_of(module: str) -> int:
@@ -99,3 +99,51 @@ def test_pyspark_stays_in_the_spark_package() -> None:
             if target.split(".")[0] == "pyspark" or target.startswith("deltastream.spark"):
                 violations.append(f"{path.relative_to(ROOT)}:{line}: {me} imports {target}")
     assert violations == []
+
+
+def test_object_store_clients_load_only_when_a_store_opens() -> None:
+    """``import deltastream``, the stores' options and the Spark source's option names load
+    no client library (aiobotocore, the Azure SDK, gcloud-aio): each is heavy, and Azure's
+    and GCS's are optional extras."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import deltastream
+from deltastream.storage import storage_option_names
+from deltastream.storage.azure import AzureOptions
+from deltastream.storage.gcs import GcsOptions
+from deltastream.storage.s3 import S3Options
+assert "azure_storage_account_name" in storage_option_names()
+loaded = sorted(m for m in ("aiobotocore", "azure", "gcloud") if m in sys.modules)
+assert loaded == [], loaded
+deltastream.open_store("gs://b/t", {"endpoint_url": "http://127.0.0.1:1"})
+deltastream.open_store("az://c/t", {"azure_storage_use_emulator": "true"})
+assert "gcloud.aio.auth" not in sys.modules  # loaded only to sign requests
+assert "azure.core" in sys.modules and "aiobotocore" not in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_store_without_its_extra_is_one_clear_error() -> None:
+    import subprocess
+    import sys
+
+    code = """
+import sys
+sys.modules["gcloud"] = None  # as if the gcs extra were not installed
+sys.modules["azure.identity"] = None
+import deltastream
+for uri, extra in (("gs://b/t", "gcs"), ("az://c/t", "azure")):
+    try:
+        deltastream.open_store(uri)
+    except deltastream.InvalidArgumentError as e:
+        assert str(e).startswith(f"{uri}: this store needs the {extra} extra: "
+                                 f"pip install 'deltastream[{extra}]'"), e
+    else:
+        raise AssertionError(uri)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

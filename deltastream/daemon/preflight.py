@@ -22,7 +22,7 @@ from deltastream.daemon.service import ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import JsonlSink, ParquetSink, parse_sink
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage import LocalStore, open_store
-from deltastream.storage.paths import S3_SCHEMES, split_uri
+from deltastream.storage.paths import store_kind
 
 __all__ = ["check_service", "check_writable_directory"]
 
@@ -44,7 +44,7 @@ def check_service(config: ServiceConfig, sinks: Mapping[str, Sink] | None = None
 def _check_stream(stream: StreamConfig, sink: Sink | None) -> None:
     tail = stream.tail
     name = tail.name
-    if split_uri(tail.state).scheme not in S3_SCHEMES:
+    if store_kind(tail.state) == "file":
         # open_store refuses storage options for a local path, and resolves the path as the
         # stream's state store will.
         state = open_store(tail.state, tail.resolved_state_options)

@@ -33,7 +33,7 @@ from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
 from deltastream.errors import InvalidArgumentError
 from deltastream.snapshot.timestamps import parse_timestamp
-from deltastream.storage.paths import CONFINED, ExternalPaths
+from deltastream.storage.paths import CONFINED, ExternalPaths, store_kind
 
 __all__ = [
     "HTTP_TIMEOUT",
@@ -343,7 +343,8 @@ class TailConfig:
             metavar="KEY=VALUE",
         ),
     ] = field(default_factory=dict)
-    #: Options for the state directory's store (default: ``storage_options`` if both are S3).
+    #: Options for the state directory's store (default: ``storage_options`` if both are in
+    #: object stores of one kind).
     state_storage_options: Annotated[
         Mapping[str, str] | None,
         BeforeValidator(_texts),
@@ -496,11 +497,13 @@ class TailConfig:
     @property
     def resolved_state_options(self) -> Mapping[str, str]:
         """The state store's options: ``state_storage_options``, or by default the table's
-        ``storage_options`` when both are on S3."""
+        ``storage_options`` when both are in object stores of the same kind (both on S3, both
+        on GCS, both on Azure)."""
         if self.state_storage_options is not None:
             return self.state_storage_options
-        both_s3 = self.uri.startswith("s3") and self.state.startswith("s3")
-        return self.storage_options if both_s3 else {}
+        kind = store_kind(self.uri)
+        same_store = kind != "file" and store_kind(self.state) == kind
+        return self.storage_options if same_store else {}
 
     def __post_init__(self) -> None:
         for spec in _FIELDS.values():

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from deltastream.errors import InvalidArgumentError
 from deltastream.snapshot.timestamps import parse_timestamp
 from deltastream.spark.partitions import FileGroup, FilePartition, pack
+from deltastream.storage import storage_option_names
 from deltastream.storage.paths import CONFINED, ExternalPaths
-from deltastream.storage.s3 import STORAGE_OPTION_NAMES
 
 __all__ = ["DEFAULT_MAX_FILES", "SourceOptions"]
 
@@ -146,14 +146,14 @@ class SourceOptions:
             name = key.lower()
             if name.startswith(_STORAGE_PREFIX):
                 storage[name[len(_STORAGE_PREFIX) :]] = value
-            elif name in STORAGE_OPTION_NAMES:
+            elif name in storage_option_names():
                 storage[name] = value
             elif name in _KNOWN:
                 lowered[name] = value
             else:
                 raise InvalidArgumentError(
-                    f"unknown option {key!r} for format deltastream (S3 settings may be "
-                    f"given as storage.<name>)"
+                    f"unknown option {key!r} for format deltastream (object store settings "
+                    f"may be given as storage.<name>)"
                 )
         path = lowered.get("path")
         if not path:

@@ -1,12 +1,15 @@
 """Async object stores: the only layer that touches files or the network.
 
-:func:`open_store` turns a table URI (a local path, ``file://`` URI or ``s3://bucket/prefix``)
-into an :class:`ObjectStore` rooted at that location; :meth:`ObjectStore.watch` may offer a
-:class:`ChangeFeed` that wakes a follower when objects appear in a directory.
+:func:`open_store` turns a table URI (a local path, ``file://`` URI, ``s3://bucket/prefix``,
+``gs://bucket/prefix`` or an Azure URI such as ``az://container/prefix`` or
+``abfss://container@account.dfs.core.windows.net/prefix``) into an :class:`ObjectStore`
+rooted at that location; :meth:`ObjectStore.watch` may offer a :class:`ChangeFeed` that
+wakes a follower when objects appear in a directory.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -14,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.base import ChangeFeed, ObjectMeta, ObjectStore, StoreStats
 from deltastream.storage.local import LocalStore
-from deltastream.storage.paths import S3_SCHEMES, ExternalPaths, ExternalPathsLike
+from deltastream.storage.paths import ExternalPaths, ExternalPathsLike, store_kind
 
 if TYPE_CHECKING:
     from deltastream.storage.s3 import S3Options, S3Store
@@ -29,6 +32,7 @@ __all__ = [
     "S3Store",
     "StoreStats",
     "open_store",
+    "storage_option_names",
 ]
 
 
@@ -42,6 +46,34 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@functools.cache
+def storage_option_names() -> frozenset[str]:
+    """Every storage option name (lower case) some object store accepts: what a consumer
+    whose options mix its own settings with the store's (the Spark source) passes to the
+    store. Loads no client library."""
+    from deltastream.storage.azure.options import STORAGE_OPTION_NAMES as azure
+    from deltastream.storage.gcs.options import STORAGE_OPTION_NAMES as gcs
+    from deltastream.storage.s3.options import STORAGE_OPTION_NAMES as s3
+
+    return s3 | azure | gcs
+
+
+def _require_extra(uri: str, extra: str, *modules: str) -> None:
+    """Refuse, in one line, a URI whose store needs an extra that is not installed."""
+    import importlib.util
+
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # its parent package is missing
+            found = False
+        if not found:
+            raise InvalidArgumentError(
+                f"{uri}: this store needs the {extra} extra: pip install 'deltastream[{extra}]'"
+                f" (missing: {module})"
+            )
+
+
 def open_store(
     uri: str,
     storage_options: Mapping[str, str] | None = None,
@@ -51,8 +83,10 @@ def open_store(
     """Open a store rooted at ``uri``.
 
     Local paths may be relative; ``file:`` URIs are percent-decoded. ``storage_options`` only
-    apply to S3 (endpoint, region, credentials, retry settings); passing them for a local
-    path is an error, so that a typo cannot silently read a different location.
+    apply to object stores (endpoint, region, credentials, retry settings: each store's own
+    names, an unknown name is an error); passing them for a local path is an error, so that
+    a typo cannot silently read a different location. The clients of object stores are
+    imported and created on first use: opening a store touches no network.
     ``external_paths`` says which files outside ``uri`` a table's log there may make the
     store read (:meth:`ExternalPaths.of`; default none).
     """
@@ -64,26 +98,39 @@ def open_store(
 def _open(uri: str, storage_options: Mapping[str, str] | None) -> ObjectStore:
     if not uri:
         raise InvalidArgumentError("empty table URI")
+    kind = store_kind(uri)
     parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
-    if scheme in S3_SCHEMES:
+    if kind == "s3":
         from deltastream.storage.s3 import S3Options, S3Store
 
         return S3Store(
             parts.netloc, unquote(parts.path), S3Options.from_storage_options(storage_options)
         )
+    if kind == "gs":
+        _require_extra(uri, "gcs", "gcloud.aio.auth")
+        from deltastream.storage.gcs import open_gcs_store
+
+        return open_gcs_store(uri, storage_options)
+    if kind == "az":
+        _require_extra(uri, "azure", "azure.storage.blob", "azure.identity")
+        from deltastream.storage.azure import open_azure_store
+
+        return open_azure_store(uri, storage_options)
+    scheme = parts.scheme.lower()
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise InvalidArgumentError(f"{uri}: file URIs must not name a host")
         path = unquote(parts.path)
     elif scheme and len(scheme) > 1:
         raise InvalidArgumentError(
-            f"{uri}: unsupported URI scheme {scheme!r} (use a path or s3://)"
+            f"{uri}: unsupported URI scheme {scheme!r} (use a path, s3://, gs://, az://, "
+            "abfss:// or https://account.blob.core.windows.net/)"
         )
     else:
         path = uri  # a plain path (a one-letter "scheme" is a Windows drive)
     if storage_options:
         raise InvalidArgumentError(
-            f"{uri}: storage options {sorted(storage_options)} only apply to s3:// tables"
+            f"{uri}: storage options {sorted(storage_options)} only apply to tables in object "
+            "stores (s3://, gs://, Azure)"
         )
     return LocalStore(path)

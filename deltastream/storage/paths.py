@@ -54,6 +54,27 @@ AnyArray: TypeAlias = "pa.ChunkedArray[Any] | pa.Array[Any]"
 
 #: The schemes of S3 URIs. ``s3a`` is Hadoop's connector, whose URIs Spark writes into logs.
 S3_SCHEMES = ("s3", "s3a")
+#: The scheme of Google Cloud Storage URIs (``gs://bucket/key``).
+GCS_SCHEMES = ("gs",)
+#: The schemes of Azure Blob Storage / ADLS Gen2 URIs: ``az://container/path`` (and
+#: ``azure://``: the account comes from the options), ``abfs[s]://container@account.dfs…/path``
+#: (Hadoop's ADLS Gen2 driver, which Spark writes) and ``wasb[s]://container@account.blob…``
+#: (its legacy Blob driver). ``https://account.blob.core.windows.net/container/path`` URIs
+#: are Azure too (:func:`store_kind`).
+AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "wasb", "wasbs")
+
+#: What kind of store a URI names (:func:`store_kind`).
+StoreKind: TypeAlias = Literal["file", "s3", "gs", "az"]
+
+#: Buckets' schemes by kind: a bucket-and-key URI of any of them names the same object.
+_BUCKET_SCHEMES: dict[str, tuple[str, ...]] = {"s3": S3_SCHEMES, "gs": GCS_SCHEMES}
+#: ``<account>.<service>.<suffix>`` hosts of Azure storage endpoints (public and sovereign
+#: clouds, Microsoft Fabric's OneLake).
+_AZURE_HOST = re.compile(
+    r"^(?P<account>[a-z0-9-]+)\.(?P<service>blob|dfs)\.(?P<suffix>core\.windows\.net|"
+    r"core\.chinacloudapi\.cn|core\.usgovcloudapi\.net|fabric\.microsoft\.com)$",
+    re.IGNORECASE,
+)
 
 #: Matches absolute paths: a bare ``/…`` path or a URI with a scheme (RFC 3986's scheme
 #: syntax). Written for both Python's ``re`` and Arrow's RE2 (``match_substring_regex``).
@@ -63,6 +84,109 @@ _ABSOLUTE = re.compile(ABSOLUTE_PATTERN)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
 #: Hosts of ``file:`` URIs that name this machine.
 _LOCAL_HOSTS = ("", "localhost")
+
+
+def store_kind(uri: str) -> StoreKind:
+    """The kind of store that holds ``uri`` (a table root, state directory or log path):
+    ``"s3"``, ``"gs"``, ``"az"`` or, for local paths and ``file:`` URIs, ``"file"``.
+    Other schemes are ``"file"`` too: :func:`~deltastream.storage.open_store` refuses them."""
+    parts = split_uri(uri)
+    scheme = parts.scheme
+    if scheme in S3_SCHEMES:
+        return "s3"
+    if scheme in GCS_SCHEMES:
+        return "gs"
+    if scheme in AZURE_SCHEMES:
+        return "az"
+    if scheme == "https" and _AZURE_HOST.match(_host(parts.authority)):
+        return "az"
+    return "file"
+
+
+def _host(authority: str | None) -> str:
+    """The host of a URI's authority (no user, no port)."""
+    return (authority or "").rpartition("@")[2].partition(":")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class AzureLocation:
+    """Where an Azure URI points (:func:`parse_azure_uri`)."""
+
+    #: The storage account; None for ``az://container/path``, whose account the options name.
+    account: str | None
+    container: str
+    #: The decoded path inside the container, without leading or trailing ``/``.
+    path: str
+    #: The endpoint's DNS suffix (``core.windows.net``); None when the URI names none.
+    suffix: str | None = None
+    #: The blob name as the URI spells it: decoded, one leading ``/`` dropped, nothing else.
+    key: str = ""
+
+
+def parse_azure_uri(uri: str) -> AzureLocation:
+    """The account, container and path of an Azure URI: ``az://container/path``,
+    ``azure://container/path``, ``abfs[s]://container@account.dfs.core.windows.net/path``,
+    ``wasb[s]://container@account.blob.core.windows.net/path`` or
+    ``https://account.(blob|dfs).core.windows.net/container/path``.
+
+    Raises :class:`~deltastream.errors.InvalidArgumentError` for any other URI, or one
+    without a container.
+    """
+    parts = split_uri(uri)
+    scheme = parts.scheme
+    authority = parts.authority or ""
+    if scheme in ("az", "azure"):
+        container, path = authority, parts.path
+        if "@" in container:  # object_store also takes az://container@account.dfs…/path
+            return _azure_with_account(uri, authority, path)
+        location = AzureLocation(None, unquote(container), _inner(path), None, _key(path))
+    elif scheme in ("abfs", "abfss", "wasb", "wasbs"):
+        if "@" not in authority:
+            raise InvalidArgumentError(
+                f"{uri}: an {scheme}:// URI names container@account.dfs.core.windows.net"
+            )
+        location = _azure_with_account(uri, authority, parts.path)
+    elif scheme == "https":
+        host = _AZURE_HOST.match(_host(authority))
+        if host is None:
+            raise InvalidArgumentError(f"{uri}: not an Azure storage URL")
+        container, _, path = parts.path.lstrip("/").partition("/")
+        account, suffix = host.group("account").lower(), host.group("suffix")
+        location = AzureLocation(account, unquote(container), _inner(path), suffix, unquote(path))
+    else:
+        raise InvalidArgumentError(f"{uri}: not an Azure URI")
+    if not location.container:
+        raise InvalidArgumentError(f"{uri}: an Azure URI needs a container")
+    _refuse_nul(uri, location.container + location.path)
+    return location
+
+
+def _azure_with_account(uri: str, authority: str, path: str) -> AzureLocation:
+    container, _, host = authority.partition("@")
+    match = _AZURE_HOST.match(host)
+    if match is None:
+        raise InvalidArgumentError(
+            f"{uri}: {host!r} is not an Azure storage host (account.dfs.core.windows.net)"
+        )
+    account, suffix = match.group("account").lower(), match.group("suffix")
+    return AzureLocation(account, unquote(container), _inner(path), suffix, _key(path))
+
+
+def _inner(path: str) -> str:
+    return unquote(path).strip("/")
+
+
+def _key(path: str) -> str:
+    return unquote(path[1:] if path.startswith("/") else path)
+
+
+def azure_root_uri(account: str, container: str, path: str, suffix: str | None = None) -> str:
+    """The one spelling of an Azure location (a store's ``root_uri``):
+    ``abfss://container@account.dfs.core.windows.net/path``, decoded, with no trailing ``/``.
+    Every other spelling of the location (``az://``, ``https://``, ``wasbs://``…) parses to it."""
+    root = f"abfss://{container}@{account}.dfs.{suffix or 'core.windows.net'}"
+    path = path.strip("/")
+    return f"{root}/{path}" if path else root
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,17 +229,20 @@ def is_absolute(path: str) -> bool:
 class TableRoot:
     """A table root, parsed (:meth:`parse`).
 
-    Roots come as a store's ``root_uri`` (a local path or ``s3://bucket/prefix``, both
-    already decoded) or as a ``file:`` URI (percent-encoded). A root with any other scheme
-    is taken as a plain local path, as it is written.
+    Roots come as a store's ``root_uri`` (a local path, ``s3://bucket/prefix``,
+    ``gs://bucket/prefix`` or ``abfss://container@account.dfs.core.windows.net/prefix``, all
+    already decoded), as a ``file:`` URI (percent-encoded), or as an allowed external root
+    (any spelling of those). A root with any other scheme is taken as a plain local path, as
+    it is written.
     """
 
     #: The root as given.
     uri: str
-    #: ``"s3"`` (for ``s3://`` and ``s3a://`` roots) or ``"file"`` (all others).
-    scheme: Literal["file", "s3"]
-    #: The bucket of an S3 root; ``""`` for a local one (``file:`` roots name this machine:
-    #: ``open_store`` refuses other hosts).
+    #: Its store's kind (:func:`store_kind`).
+    scheme: StoreKind
+    #: The bucket of an S3 or GCS root; ``container@account`` of an Azure root (``container``
+    #: alone for ``az://container``, whose account is any); ``""`` for a local one (``file:``
+    #: roots name this machine: ``open_store`` refuses other hosts).
     authority: str
     #: The decoded path of the root without a trailing ``/``: ``""`` for ``/`` or a bucket.
     path: str
@@ -127,20 +254,44 @@ class TableRoot:
     @property
     def canonical_prefixes(self) -> tuple[str, ...]:
         """The prefixes that :func:`canonical_path` strips: canonical URIs ending in ``/``."""
-        if self.scheme == "s3":
-            return tuple(f"{s}://{self.authority}{self.path}/" for s in S3_SCHEMES)
+        if self.scheme in _BUCKET_SCHEMES:
+            schemes = _BUCKET_SCHEMES[self.scheme]
+            return tuple(f"{s}://{self.authority}{self.path}/" for s in schemes)
+        if self.scheme == "az":
+            return (f"az://{self.authority}{self.path}/",)
         return (f"file:{self.path}/",)
+
+    @property
+    def azure_account(self) -> str | None:
+        """The account of an Azure root (None for others, and for ``az://container``)."""
+        if self.scheme != "az" or "@" not in self.authority:
+            return None
+        return self.authority.partition("@")[2]
 
 
 @functools.lru_cache(maxsize=64)
 def _parse_root(uri: str) -> TableRoot:
+    kind = store_kind(uri)
+    if kind == "az":
+        location = parse_azure_uri(uri)
+        return TableRoot(uri, "az", _azure_authority(location), _slashed(location.path))
     parts = split_uri(uri)
-    if parts.scheme in S3_SCHEMES:
+    if kind != "file":
         prefix = parts.path.strip("/")
-        return TableRoot(uri, "s3", parts.authority or "", f"/{prefix}" if prefix else "")
+        return TableRoot(uri, kind, parts.authority or "", _slashed(prefix))
     # A ``file:`` root is a URI, percent-encoded; a plain path is taken as it is.
     path = unquote(parts.path) if parts.scheme == "file" else uri
     return TableRoot(uri, "file", "", path.rstrip("/"))
+
+
+def _slashed(path: str) -> str:
+    return f"/{path}" if path else ""
+
+
+def _azure_authority(location: AzureLocation) -> str:
+    if location.account is None:
+        return location.container
+    return f"{location.container}@{location.account}"
 
 
 # --- canonical form (reconciliation) ---------------------------------------------------------
@@ -152,15 +303,16 @@ def canonical_path(table_root: str | TableRoot, path: str) -> str:
     ``file:/x``, ``file:///x`` and ``/x`` are the same file (``file:/x``), and absolute paths
     under the root become relative to it, as Delta's reference implementation does, so that
     an ``add`` with a relative path and a ``remove`` with the equivalent absolute one (as
-    Spark writes after qualifying paths) have the same canonical form. Other URIs keep their
-    scheme (lower-cased) and authority. Only percent-decoding is done: ``.``/``..`` segments
-    are kept as written.
+    Spark writes after qualifying paths) have the same canonical form. Every spelling of an
+    Azure location becomes ``az://container@account/path`` (``az://container/path`` takes the
+    account of an Azure table root). Other URIs keep their scheme (lower-cased) and
+    authority. Only percent-decoding is done: ``.``/``..`` segments are kept as written.
     """
     root = table_root if isinstance(table_root, TableRoot) else TableRoot.parse(table_root)
-    return _canonical(path, root.canonical_prefixes)
+    return _canonical(path, root, root.canonical_prefixes)
 
 
-def _canonical(path: str, prefixes: tuple[str, ...]) -> str:
+def _canonical(path: str, root: TableRoot, prefixes: tuple[str, ...]) -> str:
     parts = split_uri(path)
     if not parts.scheme and not path.startswith("/"):
         return unquote(path)
@@ -168,6 +320,8 @@ def _canonical(path: str, prefixes: tuple[str, ...]) -> str:
         # The authority of a file: URI is dropped: a remove written as file://host/x has
         # always matched the add of /x here (see the module's tests).
         canonical = "file:" + unquote(parts.path)
+    elif store_kind(path) == "az":
+        canonical = _canonical_azure(path, root)
     else:
         canonical = f"{parts.scheme}://{parts.authority or ''}{unquote(parts.path)}"
     for prefix in prefixes:
@@ -184,14 +338,25 @@ def canonical_paths(table_root: str | TableRoot, paths: AnyArray) -> AnyArray:
     The result has the column's type and chunking.
     """
     root = table_root if isinstance(table_root, TableRoot) else TableRoot.parse(table_root)
-    prefixes = root.canonical_prefixes
     if isinstance(paths, pa.ChunkedArray):
-        chunks = [_canonical_chunk(c, prefixes) for c in paths.chunks]
+        chunks = [_canonical_chunk(c, root) for c in paths.chunks]
         return pa.chunked_array(chunks, type=paths.type)
-    return _canonical_chunk(paths, prefixes)
+    return _canonical_chunk(paths, root)
 
 
-def _canonical_chunk(paths: pa.Array[Any], prefixes: tuple[str, ...]) -> pa.Array[Any]:
+def _canonical_azure(path: str, root: TableRoot) -> str:
+    try:
+        location = parse_azure_uri(path)
+    except InvalidArgumentError:
+        # Not a location (abfss://host-without-container…): compared as written.
+        parts = split_uri(path)
+        return f"{parts.scheme}://{parts.authority or ''}{unquote(parts.path)}"
+    account = location.account or root.azure_account
+    authority = f"{location.container}@{account}" if account else location.container
+    return f"az://{authority}{_slashed(location.path)}"
+
+
+def _canonical_chunk(paths: pa.Array[Any], root: TableRoot) -> pa.Array[Any]:
     # true_count counts no nulls: null paths are never special, and stay null.
     special = pc.or_kleene(
         pc.match_substring_regex(paths, ABSOLUTE_PATTERN), pc.match_substring(paths, "%")
@@ -200,7 +365,8 @@ def _canonical_chunk(paths: pa.Array[Any], prefixes: tuple[str, ...]) -> pa.Arra
         return paths
     mask = cast("pa.Array[pa.BooleanScalar]", special.fill_null(False))
     rows = cast(list[str], paths.filter(mask).to_pylist())
-    canonical = pa.array([_canonical(p, prefixes) for p in rows], type=paths.type)
+    prefixes = root.canonical_prefixes
+    canonical = pa.array([_canonical(p, root, prefixes) for p in rows], type=paths.type)
     return cast("pa.Array[Any]", pc.replace_with_mask(paths, mask, canonical))
 
 
@@ -247,21 +413,17 @@ def resolve_path(table_root: str, path: str) -> ResolvedPath:
     under = _under(root, path)  # first: it refuses NUL bytes
     if not is_absolute(path):
         return ResolvedPath(table_root, table_root, unquote(path), under)
-    parts = split_uri(path)
-    if root.scheme == "s3":
-        if parts.scheme not in S3_SCHEMES or parts.authority is None:
+    if root.scheme != "file":
+        found = _remote_location(root, path)
+        if found is None:
             return ResolvedPath(table_root, None, "", False)
-        if not parts.authority:
-            if not parts.path:  # "s3://": nothing at all
-                return ResolvedPath(table_root, None, "", False)
-            raise InvalidArgumentError(f"{path}: an S3 URI needs a bucket: s3://bucket/key")
-        # The key as S3 stores it: decoded, with no segment normalised away.
-        key = unquote(parts.path[1:])
+        authority, key = found
         prefix = root.path[1:]
-        if parts.authority == root.authority and (not prefix or key.startswith(prefix + "/")):
+        if authority == root.authority and (not prefix or key.startswith(prefix + "/")):
             relative = key[len(prefix) + 1 :] if prefix else key
             return ResolvedPath(table_root, table_root, relative, under)
-        return ResolvedPath(table_root, f"s3://{parts.authority}", key, under)
+        return ResolvedPath(table_root, _bucket_root(root.scheme, authority), key, under)
+    parts = split_uri(path)
     local = _local_path(parts)
     if local is None:
         return ResolvedPath(table_root, None, "", False)
@@ -271,6 +433,41 @@ def resolve_path(table_root: str, path: str) -> ResolvedPath:
         return ResolvedPath(table_root, table_root, key, under)
     except ValueError:
         return ResolvedPath(table_root, "/", target.as_posix().lstrip("/"), under)
+
+
+def _remote_location(root: TableRoot, path: str) -> tuple[str, str] | None:
+    """The bucket (``container@account`` on Azure) and decoded key of the absolute log path
+    ``path``, if it names an object in a store of ``root``'s kind; else None. The key is as
+    the store names the object: decoded, with no segment normalised away (``x/../y`` is a
+    name there)."""
+    if store_kind(path) != root.scheme:
+        return None
+    if root.scheme == "az":
+        try:
+            location = parse_azure_uri(path)
+        except InvalidArgumentError:
+            return None
+        account = location.account or root.azure_account
+        authority = f"{location.container}@{account}" if account else location.container
+        return authority, location.key
+    parts = split_uri(path)
+    if parts.authority is None:
+        return None
+    if not parts.authority:
+        if not parts.path:  # "s3://": nothing at all
+            return None
+        kind = "an S3" if root.scheme == "s3" else "a GCS"
+        scheme = parts.scheme
+        raise InvalidArgumentError(f"{path}: {kind} URI needs a bucket: {scheme}://bucket/key")
+    return parts.authority, unquote(parts.path[1:])
+
+
+def _bucket_root(kind: StoreKind, authority: str) -> str:
+    """The ``root_uri`` of the store at the top of a bucket (container) of ``kind``."""
+    if kind == "az":
+        container, _, account = authority.partition("@")
+        return azure_root_uri(account, container, "")
+    return f"{kind}://{authority}"
 
 
 def _local_path(parts: UriParts) -> str | None:
@@ -322,17 +519,26 @@ def _under(root: TableRoot, path: str) -> bool:
         # A relative path whose decoded form starts with "/" ("%2Fetc%2Fx") is absolute to
         # Delta's reference implementation (Hadoop's Path decodes, then sees "/etc/x").
         return not decoded.startswith("/") and _below(root.path, root.path + "/" + decoded)
-    parts = split_uri(path)
-    if root.scheme == "s3":
-        if parts.scheme not in S3_SCHEMES or parts.authority != root.authority:
+    if root.scheme != "file":
+        found = _remote_location(root, path)
+        if found is None or not _same_bucket(root, found[0]):
             return False
-        encoded: str | None = parts.path
+        decoded = "/" + found[1]
     else:
-        encoded = _local_path(parts)
-    if encoded is None:
-        return False
-    decoded = unquote(encoded)
+        encoded = _local_path(split_uri(path))
+        if encoded is None:
+            return False
+        decoded = unquote(encoded)
     return decoded.startswith(root.path + "/") and _below(root.path, decoded)
+
+
+def _same_bucket(root: TableRoot, authority: str) -> bool:
+    """Whether ``authority`` (a bucket, or ``container[@account]``) is ``root``'s; an Azure
+    root that names no account (an allowed external root ``az://container``) matches the
+    container in any account."""
+    if root.scheme == "az" and "@" not in root.authority:
+        return authority.partition("@")[0] == root.authority
+    return authority == root.authority
 
 
 def _below(root: str, path: str) -> bool:

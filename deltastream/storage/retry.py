@@ -1,7 +1,7 @@
 """The one retry policy of deltastream's network clients, and how a retry is reported.
 
-The S3 store (:mod:`deltastream.storage.s3`), the daemon's HTTP and exec sinks, and the
-daemon's supervisor (restarting a stream after a transient error, see
+The object stores (S3, Azure, GCS: :func:`call_with_retries`), the daemon's HTTP and exec
+sinks, and the daemon's supervisor (restarting a stream after a transient error, see
 :func:`deltastream.errors.is_transient`) wait with the same backoff, :func:`backoff_delay`:
 exponential with full jitter. Before sleeping, each retry of a request is described by a
 :class:`RetryEvent` and handed to the client's :data:`RetryListener` if one is set (the
@@ -11,11 +11,29 @@ logs the retry itself at WARNING. Either way a retry is never silent, and is rep
 
 from __future__ import annotations
 
+import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["RetryEvent", "RetryListener", "backoff_delay"]
+import anyio
+
+from deltastream.errors import StorageError
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_RETRY_BASE_DELAY",
+    "DEFAULT_RETRY_MAX_DELAY",
+    "RetryEvent",
+    "RetryListener",
+    "RetryPolicy",
+    "backoff_delay",
+    "call_with_retries",
+]
+
+T = TypeVar("T")
+_log = logging.getLogger("deltastream.storage")
 
 #: Keeps ``2.0**exponent`` finite however many attempts a client makes (it may retry forever).
 _MAX_EXPONENT = 62
@@ -52,3 +70,68 @@ class RetryEvent:
 
 #: Called for every retry, before the client sleeps; it must not block or raise.
 RetryListener = Callable[[RetryEvent], None]
+
+
+#: The store clients' defaults (storage options ``max_attempts``, ``retry_base_delay``,
+#: ``retry_max_delay``), shared by every store so that they cannot drift apart.
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_RETRY_BASE_DELAY = 0.1
+DEFAULT_RETRY_MAX_DELAY = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently a store retries one request."""
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    #: Retry ``n`` waits ``uniform(0, min(max_delay, base_delay * 2**(n - 1)))`` seconds.
+    base_delay: float = DEFAULT_RETRY_BASE_DELAY
+    max_delay: float = DEFAULT_RETRY_MAX_DELAY
+
+
+async def call_with_retries(
+    op: Callable[[], Awaitable[T]],
+    *,
+    operation: str,
+    target: str,
+    policy: RetryPolicy,
+    transient: Callable[[BaseException], str | None],
+    listener: RetryListener | None,
+    on_retry: Callable[[], None] | None = None,
+    logger: logging.Logger | None = None,
+) -> T:
+    """Run ``op()`` until it succeeds, retrying what ``transient`` calls transient.
+
+    ``transient(error)`` returns a one-line cause (``503 ServerBusy``, ``ClientOSError: …``)
+    for an error worth retrying, None for any other, which propagates at once, unchanged
+    (stores turn their clients' errors into :mod:`deltastream.errors` exceptions before or
+    after this loop). After ``policy.max_attempts`` failed attempts the last transient error
+    becomes a :class:`~deltastream.errors.StorageError` naming ``target``, the operation, the
+    number of attempts and the cause. Before each wait, the retry is counted
+    (``on_retry``) and reported to ``listener``, or logged at WARNING on ``logger`` without
+    one.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await op()
+        except Exception as e:
+            cause = transient(e)
+            if cause is None:
+                raise
+            if attempt >= policy.max_attempts:
+                raise StorageError(
+                    target, f"{operation} failed after {attempt} attempt(s): {cause}"
+                ) from e
+        delay = backoff_delay(attempt, policy.base_delay, policy.max_delay)
+        if on_retry is not None:
+            on_retry()
+        event = RetryEvent(operation, target, attempt, cause, delay)
+        if listener is not None:
+            listener(event)
+        else:
+            (logger or _log).warning(
+                "%s %s failed (%s); retry %d in %.2fs", operation, target, cause, attempt, delay
+            )
+        await anyio.sleep(delay)

@@ -31,9 +31,37 @@ def test_local_locations_are_created_and_left_clean(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
 
-def test_locations_on_s3_are_left_to_the_streams(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "state",
+    [
+        "s3://no-such-bucket/state",
+        "gs://no-such-bucket/state",
+        "az://no-such-container/state",
+        "abfss://c@noaccount.dfs.core.windows.net/state",
+    ],
+)
+def test_locations_on_object_stores_are_left_to_the_streams(state: str) -> None:
     # No bucket, no endpoint: checking must not try to reach anything.
-    check_service(service("s3://no-such-bucket/state", "jsonl:-"))
+    check_service(service(state, "jsonl:-"))
+
+
+@pytest.mark.parametrize(
+    ("table", "state", "shared"),
+    [
+        ("s3://b/t", "s3://b/state", True),
+        ("gs://b/t", "gs://b/state", True),
+        ("az://c/t", "abfss://c@a.dfs.core.windows.net/state", True),
+        ("s3://b/t", "gs://b/state", False),
+        ("gs://b/t", "/var/state", False),
+        ("/data/t", "/var/state", False),
+    ],
+)
+def test_the_state_store_takes_the_table_options_only_on_the_same_kind_of_store(
+    table: str, state: str, shared: bool
+) -> None:
+    options = {"endpoint_url": "http://127.0.0.1:1"}
+    config = tail_config("t", table, state, {"storage_options": options})
+    assert dict(config.resolved_state_options) == (options if shared else {})
 
 
 def test_an_unusable_work_dir_is_named(tmp_path: Path) -> None:
@@ -51,7 +79,7 @@ def test_local_state_with_storage_options_is_refused() -> None:
         tail_config("t", "/table", "/var/tmp/s", {"state_storage_options": {"region": "x"}}),
         "jsonl:-",
     )
-    with pytest.raises(InvalidArgumentError, match="only apply to s3://"):
+    with pytest.raises(InvalidArgumentError, match="only apply to tables in object stores"):
         check_service(ServiceConfig(streams=(stream,), http_address=None))
 
 

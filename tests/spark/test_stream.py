@@ -15,7 +15,6 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 from cdf_tables import upgraded_without_cdf_feature
-from conftest import S3Bucket
 from deltalake import DeltaTable, write_deltalake
 from deltalake.table import TableFeatures
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
@@ -244,13 +243,16 @@ def test_missing_commits_fail_the_stream_naming_them(tmp_path: Path) -> None:
     assert ids == [11, 12]
 
 
-def test_s3_table_streams_through_spark(spark: Any, s3_bucket: S3Bucket, tmp_path: Path) -> None:
+def test_object_store_table_streams_through_spark(
+    spark: Any, object_bucket: Any, tmp_path: Path
+) -> None:
+    """A change-feed stream of a table on S3, Azure and GCS."""
     local = str(tmp_path / "t")
     write_deltalake(local, batch(range(10)), configuration=CDF)
     for n in range(1, 4):
         commit(local, n)
-    uri = s3_bucket.upload_dir(Path(local), "tables/t")
-    options = {k: v for k, v in s3_bucket.storage_options.items()}
+    uri = object_bucket.upload_dir(Path(local), "tables/t")
+    options = dict(object_bucket.storage_options)
     run_available_now(
         spark, uri, tmp_path / "ckpt", tmp_path / "out", readChangeFeed="true",
         startingVersion="0", **options,

@@ -10,13 +10,24 @@ from __future__ import annotations
 import configparser
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from deltastream.errors import InvalidArgumentError
-
-T = TypeVar("T")
+from deltastream.storage.client_options import (
+    COMMON_OPTION_NAMES,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_RETRY_BASE_DELAY,
+    DEFAULT_RETRY_MAX_DELAY,
+    parse_bool,
+    parse_common,
+    unknown_option,
+)
+from deltastream.storage.retry import RetryPolicy
 
 # Option names users may pass, mapped to S3Options fields. The AWS_* spellings match the
 # environment variables and delta-rs's storage options, so one options dict serves both.
@@ -89,15 +100,19 @@ class S3Options:
     session_token: str | None = None
     profile: str | None = None
     addressing_style: str | None = None
-    max_attempts: int = 10
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     #: Retry ``n`` waits ``uniform(0, min(retry_max_delay, retry_base_delay * 2**(n - 1)))``
     #: seconds (:func:`~deltastream.storage.retry.backoff_delay`).
-    retry_base_delay: float = 0.1
-    retry_max_delay: float = 5.0
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-    max_concurrency: int = 32
+    retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
+    retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     sqs_queue_url: str | None = None
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_attempts, self.retry_base_delay, self.retry_max_delay)
 
     @classmethod
     def from_storage_options(cls, options: Mapping[str, str] | None) -> S3Options:
@@ -107,21 +122,15 @@ class S3Options:
         for raw_key, raw_value in (options or {}).items():
             key = _OPTION_ALIASES.get(raw_key.lower())
             if key is None:
-                known = ", ".join(sorted(k for k, v in _OPTION_ALIASES.items() if v != "_ignored"))
-                raise InvalidArgumentError(
-                    f"unknown S3 storage option {raw_key!r}; known options: {known}"
-                )
+                known = (k for k, v in _OPTION_ALIASES.items() if v != "_ignored")
+                raise unknown_option("S3", raw_key, known)
             if key == "_ignored":
                 continue
             value = str(raw_value)
             if key == "virtual_hosted_style":
-                values["addressing_style"] = "virtual" if _truthy(value) else "path"
-            elif key in ("max_attempts", "max_concurrency"):
-                values[key] = _parse_number(raw_key, value, int)
-                if values[key] < 1:
-                    raise InvalidArgumentError(f"storage option {raw_key!r} must be >= 1")
-            elif key in ("retry_base_delay", "retry_max_delay", "connect_timeout", "read_timeout"):
-                values[key] = _parse_number(raw_key, value, float)
+                values["addressing_style"] = "virtual" if parse_bool(raw_key, value) else "path"
+            elif key in COMMON_OPTION_NAMES:
+                values[key] = parse_common(key, value)
             elif key == "credentials_file":
                 credentials_file = (raw_key, value)
             else:
@@ -179,14 +188,3 @@ def _file_credentials(name: str, value: str, values: dict[str, Any]) -> dict[str
             "aws_access_key_id and aws_secret_access_key"
         )
     return found
-
-
-def _truthy(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def _parse_number(name: str, value: str, kind: Callable[[str], T]) -> T:
-    try:
-        return kind(value)
-    except ValueError as e:
-        raise InvalidArgumentError(f"storage option {name!r}: {value!r} is not a number") from e

@@ -35,11 +35,11 @@ from deltastream.storage.base import (
     check_byte_range,
 )
 from deltastream.storage.paths import S3_SCHEMES, split_uri
-from deltastream.storage.retry import RetryEvent, backoff_delay
+from deltastream.storage.ranged import open_remote_file
+from deltastream.storage.retry import call_with_retries
 from deltastream.storage.s3.client import open_client
 from deltastream.storage.s3.feed import SqsChangeFeed
 from deltastream.storage.s3.options import S3Options
-from deltastream.storage.s3.ranged import RangedObject
 
 #: The logger of :mod:`deltastream.storage.s3` as a whole (its name predates the package).
 log = logging.getLogger("deltastream.storage.s3")
@@ -70,9 +70,6 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 
-#: Objects up to this size are fetched with one GET when opened for random access.
-_WHOLE_OBJECT_LIMIT = 8 << 20
-
 
 class _RangeNotSatisfiableError(Exception):
     """A ranged GET asked for bytes starting after the end of the object."""
@@ -82,6 +79,17 @@ def _error_code(err: botocore.exceptions.ClientError) -> tuple[str, int]:
     code = str(err.response.get("Error", {}).get("Code", ""))
     status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     return code, status
+
+
+def _transient_cause(err: BaseException) -> str | None:
+    """The cause of a failed S3 or SQS request in one line, if trying again may help."""
+    if not is_retryable(err):
+        return None
+    if isinstance(err, botocore.exceptions.ClientError):
+        code, status = _error_code(err)
+        # A HEAD's error has no body: botocore's code is then just the status.
+        return f"{status} {code}" if status and code != str(status) else code or str(status)
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
 def is_retryable(err: BaseException) -> bool:
@@ -188,54 +196,41 @@ class S3Store(ObjectStore):
         service: str = "s3",
         operation: str | None = None,
     ) -> T:
-        """Run ``op(client)`` with this store's retry policy, on its S3 client or (``service``
-        "sqs") its SQS client. ``what`` names the request in errors; ``operation`` (default
-        ``what``: ``GET``, ``PUT``, ``LIST``…) names it in retry reports."""
+        """Run ``op(client)`` with the shared retry policy, on this store's S3 client or
+        (``service`` "sqs") its SQS client. ``what`` names the request in errors;
+        ``operation`` (default ``what``: ``GET``, ``PUT``, ``LIST``…) names it in retry
+        reports."""
         opts = self.options
         client = await (self._get_client() if service == "s3" else self._get_sqs_client())
-        attempt = 0
-        while True:
-            attempt += 1
+
+        async def attempt() -> T:
             try:
                 return await op(client)
             except botocore.exceptions.ClientError as e:
-                code, status = _error_code(e)
                 if service == "s3":
                     self._raise_s3_meaning(uri, what, e)
-                if not is_retryable(e) or attempt >= opts.max_attempts:
+                if not is_retryable(e):
+                    code, status = _error_code(e)
                     raise StorageError(
-                        uri, f"{what} failed after {attempt} attempt(s): {code or status}: {e}"
+                        uri, f"{what} failed after 1 attempt(s): {code or status}: {e}"
                     ) from e
-                # A HEAD's error has no body: botocore's code is then just the status.
-                reason = (
-                    f"{status} {code}" if status and code != str(status) else code or str(status)
-                )
-            except _CONNECTION_ERRORS as e:
-                if attempt >= opts.max_attempts:
-                    raise StorageError(
-                        uri, f"{what} failed after {attempt} attempt(s): {type(e).__name__}: {e}"
-                    ) from e
-                reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                raise
             except botocore.exceptions.NoCredentialsError as e:
                 raise StorageError(uri, f"{what} failed: no AWS credentials found") from e
-            # The retry policy's formula is base * 2**(attempt - 1): the same delays as this
-            # store's former base * 2**attempt with its default base doubled (0.05 -> 0.1 s).
-            delay = backoff_delay(attempt, opts.retry_base_delay, opts.retry_max_delay)
+
+        def count_retry() -> None:
             self.stats.retries += 1
-            event = RetryEvent(operation or what, uri, attempt, reason, delay)
-            listener = self.retry_listener
-            if listener is not None:
-                listener(event)
-            else:
-                log.warning(
-                    "%s %s failed (%s); retry %d in %.2fs",
-                    event.operation,
-                    uri,
-                    reason,
-                    attempt,
-                    delay,
-                )
-            await anyio.sleep(delay)
+
+        return await call_with_retries(
+            attempt,
+            operation=operation or what,
+            target=uri,
+            policy=opts.retry_policy,
+            transient=_transient_cause,
+            listener=self.retry_listener,
+            on_retry=count_retry,
+            logger=log,
+        )
 
     def _raise_s3_meaning(self, uri: str, what: str, e: botocore.exceptions.ClientError) -> None:
         """Raise what an S3 error means for the object at ``uri``, if it means something
@@ -367,13 +362,7 @@ class S3Store(ObjectStore):
         await self._call(uri, "DELETE", delete_object)
 
     async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
-        """Small objects are downloaded whole (one request); larger ones are read with ranged
-        GETs as the reader asks for them, so memory holds only what is being decoded."""
-        if size is None:
-            size = (await self.head(key)).size
-        if size <= _WHOLE_OBJECT_LIMIT:
-            return pa.BufferReader(await self.get(key))
-        return pa.PythonFile(RangedObject(self, key, size), mode="r")
+        return await open_remote_file(self, key, size)
 
     def _store_at(self, root_uri: str) -> ObjectStore | None:
         # Objects outside the prefix are read through a store at their bucket's root,

@@ -1,7 +1,9 @@
-"""Ranged reads: a file over one large S3 object for pyarrow's synchronous readers.
+"""Ranged reads: a file over one large remote object for pyarrow's synchronous readers.
 
-:class:`RangedObject` serves reads from pyarrow's worker threads with ranged GETs run on the
-event loop the file was opened on, reading ahead for sequential readers.
+:func:`open_remote_file` is how every remote store (S3, Azure, GCS) opens an object for
+random access: small objects whole, larger ones as a :class:`RangedObject`, which serves
+reads from pyarrow's worker threads with ranged GETs run on the event loop the file was
+opened on, reading ahead for sequential readers.
 """
 
 from __future__ import annotations
@@ -12,22 +14,28 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.from_thread
 import anyio.lowlevel
+import pyarrow as pa
 
 if TYPE_CHECKING:
-    from deltastream.storage.s3.store import S3Store
+    from deltastream.storage.base import ObjectStore
+
+__all__ = ["WHOLE_OBJECT_LIMIT", "RangedObject", "open_remote_file"]
+
+#: Objects up to this size are fetched with one GET when opened for random access.
+WHOLE_OBJECT_LIMIT = 8 << 20
 
 #: Minimum size of each ranged GET of a larger object (reads ahead for sequential readers).
 _READ_AHEAD = 4 << 20
 
 
 class RangedObject(io.RawIOBase):
-    """A read-only, seekable file over one S3 object, fetched by ranged GETs.
+    """A read-only, seekable file over one remote object, fetched by ranged GETs.
 
     Used by pyarrow's (synchronous) parquet reader from worker threads, its own included:
     every read hands the GET back to the event loop the file was opened on.
     """
 
-    def __init__(self, store: S3Store, key: str, size: int) -> None:
+    def __init__(self, store: ObjectStore, key: str, size: int) -> None:
         super().__init__()
         self._store, self._key, self._size = store, key, size
         self._loop = anyio.lowlevel.current_token()
@@ -77,3 +85,15 @@ class RangedObject(io.RawIOBase):
         data = self.read(len(b))
         b[: len(data)] = data
         return len(data)
+
+
+async def open_remote_file(store: ObjectStore, key: str, size: int | None) -> pa.NativeFile:
+    """``store``'s object ``key`` for random access (:meth:`ObjectStore.open_file`): objects
+    up to :data:`WHOLE_OBJECT_LIMIT` are downloaded whole (one request), larger ones read
+    with ranged GETs as the reader asks for them, so memory holds only what is being
+    decoded. ``size``, when the caller knows it, saves a HEAD."""
+    if size is None:
+        size = (await store.head(key)).size
+    if size <= WHOLE_OBJECT_LIMIT:
+        return pa.BufferReader(await store.get(key))
+    return pa.PythonFile(RangedObject(store, key, size), mode="r")
