@@ -13,6 +13,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -252,3 +253,59 @@ def test_read_of_a_large_file_uses_ranges(object_bucket: Bucket, tmp_path: Path)
     got = ds.read_rows(uri, columns=["id"], storage_options=object_bucket.storage_options)
     assert got.read_all().column("id").to_pylist() == list(range(n))
     assert pq.ParquetFile(data_file).metadata.num_rows == n
+
+
+def test_cli_bad_credentials_are_one_line(
+    azure_container: Any, gcs_bucket: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A wrong Azure account key (Azurite checks signatures) and a GCS service account
+    whose token endpoint refuses: one line naming the table and the problem, exit 2."""
+    import socket
+
+    azure_uri = azure_container.upload_dir(CDF_DV_TABLE, "t")
+    wrong = "A" * 8 + "=" * 80
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    key = {
+        "type": "service_account",
+        "client_email": "x@test.iam.gserviceaccount.com",
+        "private_key": _PRIVATE_KEY,
+        "token_uri": f"http://127.0.0.1:{closed}/token",
+    }
+    key_file = tmp_path / "key.json"
+    key_file.write_text(json.dumps(key))
+    cases = [
+        (azure_uri, {**azure_container.storage_options, "azure_storage_account_key": wrong}, "403"),
+        (
+            gcs_bucket.uri("t"),
+            {
+                **gcs_bucket.storage_options,
+                "google_service_account": str(key_file),
+                "max_attempts": "2",
+            },
+            "cannot get Google credentials",
+        ),
+    ]
+    for uri, options, problem in cases:
+        flags = [f"--storage-option={k}={v}" for k, v in options.items()]
+        code, _, err = cli(capsys, "snapshot", uri, *flags)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        assert lines[0].startswith("deltastream: error: ") and problem in lines[0], lines[0]
+        assert uri.split("/")[2].split("@")[0] in lines[0] and wrong not in lines[0]
+
+
+def _private_key() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+
+
+_PRIVATE_KEY = _private_key()

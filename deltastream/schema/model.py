@@ -258,7 +258,19 @@ def to_arrow_type(t: DataType) -> pa.DataType:
     )
 
 
-def _parse_type(value: Any, where: str) -> DataType:
+#: Types nest at most this deep (structs, arrays and maps within each other). Real tables stay
+#: far below; the bound keeps a hostile schema from costing stack, and from depending on the
+#: interpreter's recursion limit (which libraries raise: jedi sets 3,000).
+MAX_TYPE_DEPTH = 100
+
+
+class _TooDeepError(Exception):
+    pass
+
+
+def _parse_type(value: Any, where: str, depth: int = 0) -> DataType:
+    if depth > MAX_TYPE_DEPTH:
+        raise _TooDeepError()
     if isinstance(value, str):
         name = value.strip()
         m = _DECIMAL.fullmatch(name)
@@ -274,22 +286,22 @@ def _parse_type(value: Any, where: str) -> DataType:
         raise ValueError(f"{where}: a type must be a string or an object, not {value!r}")
     kind = value.get("type")
     if kind == "struct":
-        return _parse_struct(value, where)
+        return _parse_struct(value, where, depth + 1)
     if kind == "array":
         return ArrayType(
-            _parse_type(value["elementType"], f"{where}.element"),
+            _parse_type(value["elementType"], f"{where}.element", depth + 1),
             bool(value.get("containsNull", True)),
         )
     if kind == "map":
         return MapType(
-            _parse_type(value["keyType"], f"{where}.key"),
-            _parse_type(value["valueType"], f"{where}.value"),
+            _parse_type(value["keyType"], f"{where}.key", depth + 1),
+            _parse_type(value["valueType"], f"{where}.value", depth + 1),
             bool(value.get("valueContainsNull", True)),
         )
     raise ValueError(f"{where}: unknown type {kind!r}")
 
 
-def _parse_struct(value: dict[str, Any], where: str) -> StructType:
+def _parse_struct(value: dict[str, Any], where: str, depth: int = 0) -> StructType:
     fields = []
     for raw in value.get("fields", ()):
         name = raw["name"]
@@ -299,7 +311,7 @@ def _parse_struct(value: dict[str, Any], where: str) -> StructType:
         fields.append(
             StructField(
                 name=name,
-                type=_parse_type(raw["type"], f"{where}.{name}" if where else name),
+                type=_parse_type(raw["type"], f"{where}.{name}" if where else name, depth),
                 nullable=bool(raw.get("nullable", True)),
                 metadata=MappingProxyType(dict(metadata)),
             )
@@ -318,9 +330,10 @@ def parse_schema(schema_string: str | None, source: str = "schemaString") -> Str
         return _parse_struct(value, "")
     except (ValueError, KeyError, TypeError) as e:
         raise InvalidTableStateError(f"{source}: invalid table schema: {e}") from None
-    except RecursionError:
+    except (RecursionError, _TooDeepError):
         raise InvalidTableStateError(
-            f"{source}: invalid table schema: nested too deeply to be a real table's"
+            f"{source}: invalid table schema: nested too deeply to be a real table's "
+            f"(more than {MAX_TYPE_DEPTH} levels)"
         ) from None
 
 

@@ -71,3 +71,74 @@ async def test_tail_follows_uploaded_commits_with_state_on_the_store(
         await eventually(lambda: tailer.position is not None and tailer.position >= Position(13))
         tailer.stop()
     assert more.counter() == expected_changes(str(local), 11, 12)
+
+
+def test_serve_follows_a_table_on_the_store_with_its_state_there(
+    object_bucket: Bucket, tmp_path: Path
+) -> None:
+    """``serve`` from a TOML file naming the table, the state and the store's options; the
+    table gets one commit while it runs."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    local = tmp_path / "orders"
+    create_table(str(local), rows=5)
+    mirror = Mirror(local, object_bucket, "tables/orders")
+    mirror.sync()
+    out = tmp_path / "orders.jsonl"
+    options = ", ".join(f'{k} = "{v}"' for k, v in object_bucket.storage_options.items())
+    config = tmp_path / "deltastream.toml"
+    config.write_text(
+        f"""
+[server]
+http = ""
+
+[defaults]
+poll_interval = 0.2
+storage_options = {{ {options} }}
+
+[[tables]]
+name = "orders"
+uri = "{object_bucket.uri("tables/orders")}"
+state = "{object_bucket.uri("state/orders")}"
+sink = "jsonl:{out}"
+mode = "follow"
+from = "0"
+"""
+    )
+
+    def rows() -> list[dict[str, object]]:
+        text = out.read_text() if out.exists() else ""
+        return [json.loads(line) for line in text.splitlines() if line]
+
+    def wait_for(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(rows()) < n:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deltastream", "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(5)
+        Writer(str(local), commits=1, first_id=900).run()  # an append of 4 rows
+        mirror.sync()
+        wait_for(9)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=20)
+    finally:
+        proc.kill()
+    _, stderr = proc.communicate()
+    assert code == 0, stderr
+    got = sorted((r["_commit_version"], r["_change_type"], r["id"]) for r in rows())
+    assert got == sorted(
+        [(0, "insert", i) for i in range(5)] + [(1, "insert", i) for i in range(900, 904)]
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -98,3 +99,12 @@ def test_a_schema_nested_hundreds_deep_is_a_clear_error() -> None:
     inner = head * 400 + '"long"' + tail * 400
     with pytest.raises(InvalidTableStateError, match="nested too deeply"):
         parse_schema(inner)
+    # Not a matter of the interpreter's recursion limit, which libraries raise (jedi: 3,000).
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        with pytest.raises(InvalidTableStateError, match="more than 100 levels"):
+            parse_schema(inner)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert parse_schema(head * 100 + '"long"' + tail * 100).fields[0].name == "a"

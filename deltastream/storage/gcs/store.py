@@ -40,7 +40,7 @@ from deltastream.storage.paths import GCS_SCHEMES, split_uri
 from deltastream.storage.ranged import open_remote_file
 from deltastream.storage.retry import call_with_retries
 
-__all__ = ["GcsStore", "HttpStatusError"]
+__all__ = ["CredentialsError", "GcsStore", "HttpStatusError"]
 
 T = TypeVar("T")
 log = logging.getLogger("deltastream.storage.gcs")
@@ -60,7 +60,22 @@ class HttpStatusError(Exception):
         self.message = message
 
 
+class CredentialsError(Exception):
+    """The OAuth token for a request could not be had (its cause says why)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        detail = str(cause).splitlines()[0] if str(cause) else ""
+        super().__init__(f"cannot get Google credentials: {type(cause).__name__}: {detail}")
+        self.cause = cause
+
+
 def _transient(error: BaseException) -> str | None:
+    if isinstance(error, CredentialsError):
+        # A token endpoint out of reach or failing may come back; a refusal will not.
+        cause = error.cause
+        if isinstance(cause, aiohttp.ClientResponseError):
+            return str(error) if cause.status in _RETRY_STATUSES or cause.status >= 500 else None
+        return str(error) if isinstance(cause, aiohttp.ClientError | asyncio.TimeoutError) else None
     if isinstance(error, HttpStatusError):
         if error.status in _RETRY_STATUSES or error.status >= 500:
             return str(error)
@@ -138,12 +153,8 @@ class GcsStore(ObjectStore):
             return {}
         try:
             token = await self._token.get()
-        except (TimeoutError, aiohttp.ClientError):
-            raise
-        except Exception as e:  # gcloud-aio-auth raises plain exceptions for bad credentials
-            raise StorageError(
-                self.root_uri, f"cannot get Google credentials: {type(e).__name__}: {e}"
-            ) from e
+        except Exception as e:  # gcloud-aio-auth raises aiohttp's and plain exceptions
+            raise CredentialsError(e) from e
         return {"Authorization": f"Bearer {token}"}
 
     async def aclose(self) -> None:
@@ -181,6 +192,8 @@ class GcsStore(ObjectStore):
                 on_retry=count_retry,
                 logger=log,
             )
+        except CredentialsError as e:
+            raise StorageError(uri, f"{operation} failed: {e}") from e
         except HttpStatusError as e:
             if e.status == 404:
                 raise ObjectNotFoundError(uri) from e
