@@ -20,11 +20,17 @@ from deltastream.storage.local import LocalStore
 from deltastream.storage.paths import ExternalPaths, ExternalPathsLike, store_kind
 
 if TYPE_CHECKING:
+    from deltastream.storage.azure import AzureOptions, AzureStore
+    from deltastream.storage.gcs import GcsOptions, GcsStore
     from deltastream.storage.s3 import S3Options, S3Store
 
 __all__ = [
+    "AzureOptions",
+    "AzureStore",
     "ChangeFeed",
     "ExternalPaths",
+    "GcsOptions",
+    "GcsStore",
     "LocalStore",
     "ObjectMeta",
     "ObjectStore",
@@ -43,6 +49,14 @@ def __getattr__(name: str) -> Any:
         from deltastream.storage import s3
 
         return getattr(s3, name)
+    if name in ("AzureOptions", "AzureStore"):
+        from deltastream.storage import azure
+
+        return getattr(azure, name)
+    if name in ("GcsOptions", "GcsStore"):
+        from deltastream.storage import gcs
+
+        return getattr(gcs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

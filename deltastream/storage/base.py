@@ -11,6 +11,7 @@ objects may have appeared in a directory, so that a follower need not wait for i
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from deltastream.errors import DataFileError, InvalidArgumentError, StorageError, UnsafePathError
 from deltastream.storage.paths import CONFINED, ExternalPaths, resolve_path
-from deltastream.storage.retry import RetryListener
+from deltastream.storage.retry import RetryListener, RetryPolicy, call_with_retries
 
 __all__ = [
     "AsyncClosable",
@@ -265,6 +266,34 @@ class ObjectStore(AsyncClosable, ABC):
                 path, f"a table in {self.root_uri} cannot read files from that location"
             )
         return store, target.key
+
+    async def _with_retries(
+        self,
+        op: Callable[[], Awaitable[T]],
+        *,
+        operation: str,
+        target: str,
+        policy: RetryPolicy,
+        transient: Callable[[BaseException], str | None],
+        logger: logging.Logger,
+    ) -> T:
+        """``op()`` through the shared retry loop
+        (:func:`~deltastream.storage.retry.call_with_retries`), each retry counted in
+        :attr:`stats` and reported to :attr:`retry_listener` (or logged on ``logger``)."""
+
+        def count_retry() -> None:
+            self.stats.retries += 1
+
+        return await call_with_retries(
+            op,
+            operation=operation,
+            target=target,
+            policy=policy,
+            transient=transient,
+            listener=self.retry_listener,
+            on_retry=count_retry,
+            logger=logger,
+        )
 
     def _store_at(self, root_uri: str) -> ObjectStore | None:
         """A store rooted at ``root_uri`` (the root of another file system or bucket, spelled

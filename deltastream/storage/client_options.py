@@ -9,6 +9,7 @@ here, and parses its values with :func:`parse_common`, :func:`parse_bool` and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from deltastream.errors import InvalidArgumentError
@@ -16,6 +17,7 @@ from deltastream.storage.retry import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BASE_DELAY,
     DEFAULT_RETRY_MAX_DELAY,
+    RetryPolicy,
 )
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "DEFAULT_READ_TIMEOUT",
     "DEFAULT_RETRY_BASE_DELAY",
     "DEFAULT_RETRY_MAX_DELAY",
+    "ClientOptions",
     "parse_bool",
     "parse_common",
     "parse_number",
@@ -45,6 +48,25 @@ _SECONDS = ("retry_base_delay", "retry_max_delay", "connect_timeout", "read_time
 
 #: The option names every store accepts; each is also the name of its options field.
 COMMON_OPTION_NAMES: frozenset[str] = frozenset(_INTEGERS + _SECONDS)
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """The settings every store's options class has (it subclasses this one): retries,
+    timeouts, concurrency, each a storage option of the same name."""
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    #: Retry ``n`` waits ``uniform(0, min(retry_max_delay, retry_base_delay * 2**(n - 1)))``
+    #: seconds (:func:`~deltastream.storage.retry.backoff_delay`).
+    retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
+    retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_attempts, self.retry_base_delay, self.retry_max_delay)
 
 
 def parse_common(name: str, value: str) -> int | float:

@@ -18,17 +18,11 @@ from urllib.parse import urlsplit
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.client_options import (
     COMMON_OPTION_NAMES,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_CONCURRENCY,
-    DEFAULT_READ_TIMEOUT,
-    DEFAULT_RETRY_BASE_DELAY,
-    DEFAULT_RETRY_MAX_DELAY,
+    ClientOptions,
     parse_bool,
     parse_common,
     unknown_option,
 )
-from deltastream.storage.retry import RetryPolicy
 
 __all__ = ["EMULATOR_ACCOUNT", "EMULATOR_KEY", "STORAGE_OPTION_NAMES", "AzureOptions"]
 
@@ -80,7 +74,7 @@ STORAGE_OPTION_NAMES: frozenset[str] = frozenset(_OPTION_ALIASES)
 
 
 @dataclass(frozen=True)
-class AzureOptions:
+class AzureOptions(ClientOptions):
     """Connection, credential and retry settings for the Azure store.
 
     Credentials, the first that applies: a SAS token; an account key; a service principal
@@ -100,16 +94,6 @@ class AzureOptions:
     #: The blob service's URL, with the account's path for Azurite
     #: (``http://127.0.0.1:10000/devstoreaccount1``); None: the account's public endpoint.
     endpoint_url: str | None = None
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
-    retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(self.max_attempts, self.retry_base_delay, self.retry_max_delay)
 
     @classmethod
     def from_storage_options(

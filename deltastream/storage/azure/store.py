@@ -40,7 +40,6 @@ from deltastream.storage.azure.options import EMULATOR_ACCOUNT, EMULATOR_KEY, Az
 from deltastream.storage.base import ObjectMeta, ObjectStore, check_byte_range
 from deltastream.storage.paths import azure_root_uri, parse_azure_uri, store_kind
 from deltastream.storage.ranged import open_remote_file
-from deltastream.storage.retry import call_with_retries
 
 __all__ = ["AzureStore"]
 
@@ -183,18 +182,13 @@ class AzureStore(ObjectStore):
         async def attempt() -> T:
             return await op(container)
 
-        def count_retry() -> None:
-            self.stats.retries += 1
-
         try:
-            return await call_with_retries(
+            return await self._with_retries(
                 attempt,
                 operation=operation,
                 target=uri,
                 policy=self.options.retry_policy,
                 transient=_transient,
-                listener=self.retry_listener,
-                on_retry=count_retry,
                 logger=log,
             )
         except HttpResponseError as e:

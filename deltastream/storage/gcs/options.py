@@ -19,17 +19,11 @@ from urllib.parse import urlsplit
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.client_options import (
     COMMON_OPTION_NAMES,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_CONCURRENCY,
-    DEFAULT_READ_TIMEOUT,
-    DEFAULT_RETRY_BASE_DELAY,
-    DEFAULT_RETRY_MAX_DELAY,
+    ClientOptions,
     parse_bool,
     parse_common,
     unknown_option,
 )
-from deltastream.storage.retry import RetryPolicy
 
 __all__ = ["DEFAULT_ENDPOINT", "STORAGE_OPTION_NAMES", "GcsOptions"]
 
@@ -59,7 +53,7 @@ STORAGE_OPTION_NAMES: frozenset[str] = frozenset(_OPTION_ALIASES)
 
 
 @dataclass(frozen=True)
-class GcsOptions:
+class GcsOptions(ClientOptions):
     """Connection, credential and retry settings for :class:`~deltastream.storage.gcs.GcsStore`.
 
     Credentials: a service account key (``service_account_info``, from the option
@@ -74,16 +68,6 @@ class GcsOptions:
     #: The parsed service account (or authorized user) key; never printed.
     service_account_info: Mapping[str, Any] | None = field(default=None, repr=False)
     skip_signature: bool = False
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
-    retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(self.max_attempts, self.retry_base_delay, self.retry_max_delay)
 
     @property
     def signed(self) -> bool:

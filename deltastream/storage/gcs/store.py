@@ -38,7 +38,6 @@ from deltastream.storage.base import ObjectMeta, ObjectStore, check_byte_range
 from deltastream.storage.gcs.options import GcsOptions
 from deltastream.storage.paths import GCS_SCHEMES, split_uri
 from deltastream.storage.ranged import open_remote_file
-from deltastream.storage.retry import call_with_retries
 
 __all__ = ["CredentialsError", "GcsStore", "HttpStatusError"]
 
@@ -178,18 +177,13 @@ class GcsStore(ObjectStore):
         async def attempt() -> T:
             return await op(session)
 
-        def count_retry() -> None:
-            self.stats.retries += 1
-
         try:
-            return await call_with_retries(
+            return await self._with_retries(
                 attempt,
                 operation=operation,
                 target=uri,
                 policy=self.options.retry_policy,
                 transient=_transient,
-                listener=self.retry_listener,
-                on_retry=count_retry,
                 logger=log,
             )
         except CredentialsError as e:

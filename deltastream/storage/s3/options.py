@@ -17,17 +17,11 @@ from typing import Any
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.client_options import (
     COMMON_OPTION_NAMES,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_CONCURRENCY,
-    DEFAULT_READ_TIMEOUT,
-    DEFAULT_RETRY_BASE_DELAY,
-    DEFAULT_RETRY_MAX_DELAY,
+    ClientOptions,
     parse_bool,
     parse_common,
     unknown_option,
 )
-from deltastream.storage.retry import RetryPolicy
 
 # Option names users may pass, mapped to S3Options fields. The AWS_* spellings match the
 # environment variables and delta-rs's storage options, so one options dict serves both.
@@ -74,7 +68,7 @@ STORAGE_OPTION_NAMES: frozenset[str] = frozenset(_OPTION_ALIASES)
 
 
 @dataclass(frozen=True)
-class S3Options:
+class S3Options(ClientOptions):
     """Connection and retry settings for :class:`S3Store`.
 
     Credentials left unset fall back to the standard AWS chain (environment, shared config
@@ -100,19 +94,7 @@ class S3Options:
     session_token: str | None = None
     profile: str | None = None
     addressing_style: str | None = None
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    #: Retry ``n`` waits ``uniform(0, min(retry_max_delay, retry_base_delay * 2**(n - 1)))``
-    #: seconds (:func:`~deltastream.storage.retry.backoff_delay`).
-    retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
-    retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     sqs_queue_url: str | None = None
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(self.max_attempts, self.retry_base_delay, self.retry_max_delay)
 
     @classmethod
     def from_storage_options(cls, options: Mapping[str, str] | None) -> S3Options:

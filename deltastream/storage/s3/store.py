@@ -36,7 +36,6 @@ from deltastream.storage.base import (
 )
 from deltastream.storage.paths import S3_SCHEMES, split_uri
 from deltastream.storage.ranged import open_remote_file
-from deltastream.storage.retry import call_with_retries
 from deltastream.storage.s3.client import open_client
 from deltastream.storage.s3.feed import SqsChangeFeed
 from deltastream.storage.s3.options import S3Options
@@ -218,17 +217,12 @@ class S3Store(ObjectStore):
             except botocore.exceptions.NoCredentialsError as e:
                 raise StorageError(uri, f"{what} failed: no AWS credentials found") from e
 
-        def count_retry() -> None:
-            self.stats.retries += 1
-
-        return await call_with_retries(
+        return await self._with_retries(
             attempt,
             operation=operation or what,
             target=uri,
             policy=opts.retry_policy,
             transient=_transient_cause,
-            listener=self.retry_listener,
-            on_retry=count_retry,
             logger=log,
         )
 
