@@ -184,6 +184,12 @@ def _build_parser() -> argparse.ArgumentParser:
     end.add_argument("--to-timestamp", help="last version committed at or before this time")
     changes.add_argument("--columns", help="comma-separated data columns (default: all)")
     changes.add_argument(
+        "--where",
+        metavar="EXPR",
+        help="only the change rows matching this predicate (the language of read --where; "
+        "it may name _change_type, _commit_version and _commit_timestamp)",
+    )
+    changes.add_argument(
         "--infer-without-cdf",
         action="store_true",
         help="read versions written while the change data feed was off as whole-file "
@@ -377,6 +383,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 columns=_columns(args.columns),
                 infer_without_cdf=args.infer_without_cdf,
                 allow_empty_range=args.allow_empty_range,
+                where=args.where,
                 storage_options=_storage_options(args.storage_option),
                 allow_external_paths=_external_paths(args),
             )

@@ -36,9 +36,11 @@ async def table_changes(
     columns: Sequence[str] | None = None,
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
+    where: str | None = None,
 ) -> BatchStream:
     """Change rows (with ``_change_type``, ``_commit_version``, ``_commit_timestamp``) of the
-    versions from ``start`` to ``end`` inclusive; see
+    versions from ``start`` to ``end`` inclusive, only those matching ``where`` (e.g.
+    ``"country = 'NL' AND _change_type <> 'update_preimage'"``) if given; see
     :func:`deltastream.changes.cdf.open_changes`."""
     return await open_changes(
         table.store,
@@ -49,6 +51,7 @@ async def table_changes(
         columns=columns,
         infer_without_cdf=infer_without_cdf,
         allow_empty_range=allow_empty_range,
+        where=where,
     )
 
 
@@ -62,6 +65,7 @@ def read_changes(
     columns: Sequence[str] | None = None,
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
+    where: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     allow_external_paths: ExternalPathsLike = False,
 ) -> pa.RecordBatchReader:
@@ -79,6 +83,7 @@ def read_changes(
             columns=columns,
             infer_without_cdf=infer_without_cdf,
             allow_empty_range=allow_empty_range,
+            where=where,
         ),
         allow_external_paths,
     )

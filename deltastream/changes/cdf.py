@@ -162,13 +162,15 @@ async def open_changes(
     columns: Sequence[str] | None = None,
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
+    where: str | None = None,
 ) -> BatchStream:
     """The change rows of versions ``start..end`` (inclusive; default: all of them).
 
     Bounds are versions or timestamps (epoch ms): the first version committed at or after
     the start timestamp, the last at or before the end timestamp. An end after the latest
     version means the latest. A start after the latest version, or an end before the start,
-    is an error, or an empty result with ``allow_empty_range``.
+    is an error, or an empty result with ``allow_empty_range``. ``where``: only the change
+    rows matching this predicate (:class:`~deltastream.changes.filters.ChangeFilter`).
     """
     plan = await plan_changes(
         store,
@@ -179,6 +181,7 @@ async def open_changes(
         columns=columns,
         infer_without_cdf=infer_without_cdf,
         allow_empty_range=allow_empty_range,
+        where=where,
     )
     return BatchStream(plan.schema, read_files(store, plan.tasks))
 
@@ -201,6 +204,7 @@ async def plan_changes(
     columns: Sequence[str] | None = None,
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
+    where: str | None = None,
 ) -> ChangePlan:
     """What :func:`open_changes` reads, without reading it: for readers that distribute the
     file reads (Spark). The range is validated here, before anything is returned."""
@@ -210,11 +214,11 @@ async def plan_changes(
     if bounds is None:
         state, _ = await load_table_state(store)
         assert state.protocol is not None and state.metadata is not None
-        empty = ChangeSchemas.build(state.protocol, state.metadata, columns)
+        empty = ChangeSchemas.build(state.protocol, state.metadata, columns, where)
         return ChangePlan(empty.output_schema, _nothing())
     start, end, _ = bounds
     plan = await _validate(store, start, end, infer_without_cdf=infer_without_cdf)
-    schemas = ChangeSchemas.build(plan.protocol, plan.metadata, columns)
+    schemas = ChangeSchemas.build(plan.protocol, plan.metadata, columns, where)
     return ChangePlan(schemas.output_schema, _tasks(store, plan, schemas))
 
 

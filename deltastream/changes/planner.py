@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap64
 
+from deltastream.changes.filters import ChangeFilter, FileFacts
 from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.table_properties import change_data_feed_in_force
@@ -88,27 +89,41 @@ class ChangeSchemas:
 
     inferred: ReadSchema
     cdc: ReadSchema
+    #: Which change rows to produce (``where``); None: all of them.
+    filter: ChangeFilter | None = None
 
     @classmethod
     def build(
-        cls, protocol: Protocol, metadata: Metadata, columns: Sequence[str] | None = None
+        cls,
+        protocol: Protocol,
+        metadata: Metadata,
+        columns: Sequence[str] | None = None,
+        where: str | None = None,
     ) -> ChangeSchemas:
         """The schemas for ``columns`` (default: every data column) of the table as
-        ``metadata`` describes it. Unknown column names raise here."""
+        ``metadata`` describes it, producing only the rows ``where`` holds for (see
+        :class:`~deltastream.changes.filters.ChangeFilter`). Unknown column names and
+        predicates that do not parse raise here."""
         schema = table_schema(metadata)
         selected = tuple(columns) if columns else data_columns(schema)
         schema.select(selected)
+        mode = column_mapping_mode(protocol, metadata)
+        change_filter = (
+            ChangeFilter.parse(where, schema, metadata.partition_columns, mode) if where else None
+        )
         inferred = ReadSchema(
             table_schema=schema,
             columns=selected,
             partition_columns=metadata.partition_columns,
-            mode=column_mapping_mode(protocol, metadata),
+            mode=mode,
             constant_fields=CDF_FIELDS,
+            row_filter=change_filter.row_filter if change_filter else None,
+            filter_columns=change_filter.data_columns if change_filter else (),
         )
         cdc = replace(
             inferred, file_columns=(("_change_type", pa.string()),), constant_fields=CDF_FIELDS[1:]
         )
-        return cls(inferred, cdc)
+        return cls(inferred, cdc, change_filter)
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -142,20 +157,23 @@ class ChangePlanner:
         refuse_outside_actions(self.store, actions, version)
         if len(actions.cdc):
             rows = cast(list[dict[str, Any]], actions.cdc.to_pylist(maps_as_pydicts="strict"))
-            return [
-                (
-                    FileRead(
-                        path=cdc["path"],
-                        partition_values=cdc["partitionValues"] or {},
-                        size=cdc["size"],
-                        version=version,
-                        constants=(version, timestamp_us),
-                    ),
-                    schemas.cdc,
+            reads = [
+                FileRead(
+                    path=cdc["path"],
+                    partition_values=cdc["partitionValues"] or {},
+                    size=cdc["size"],
+                    version=version,
+                    constants=(version, timestamp_us),
                 )
                 for cdc in rows
             ]
-        tasks = await self._inferred(version, actions, timestamp_us, schemas)
+            if schemas.filter is not None:
+                facts = [_facts(cdc, version, timestamp_us, None) for cdc in rows]
+                reads = _kept(reads, schemas.filter.may_match(facts))
+            return [(read, schemas.cdc) for read in reads]
+        tasks, facts = await self._inferred(version, actions, timestamp_us, schemas)
+        if schemas.filter is not None:
+            tasks = _kept(tasks, schemas.filter.may_match(facts))
         return [(task, schemas.inferred) for task in tasks]
 
     async def _bitmap(self, action: dict[str, object]) -> BitMap64:
@@ -205,7 +223,9 @@ class ChangePlanner:
 
     async def _inferred(
         self, version: int, actions: LogActions, timestamp_us: int, schemas: ChangeSchemas
-    ) -> list[FileRead]:
+    ) -> tuple[list[FileRead], list[FileFacts]]:
+        """The reads of ``version``'s data changes and, for file skipping, what is known of
+        each (its action's partition values and statistics)."""
         self._dvs.clear()
         rows = actions.file_actions.to_pylist(maps_as_pydicts="strict")
         adds = {r["add"]["path"]: r["add"] for r in rows if r["add"] and r["add"]["dataChange"]}
@@ -215,6 +235,13 @@ class ChangePlanner:
             if r["remove"] and r["remove"]["dataChange"]
         }
         tasks: list[FileRead] = []
+        facts: list[FileFacts] = []
+
+        def add_task(action: dict[str, Any], read: FileRead) -> None:
+            tasks.append(read)
+            change_type = str(read.constants[0])
+            facts.append(_facts(action, version, timestamp_us, change_type, read))
+
         for row in rows:
             add, remove = row["add"], row["remove"]
             if add is not None and add["dataChange"]:
@@ -224,9 +251,9 @@ class ChangePlanner:
                 if path in removes:
                     restored = (await self._bitmap(removes[path])) - added
                     if restored:
-                        tasks.append(_task(add, version, constants, include=restored))
+                        add_task(add, _task(add, version, constants, include=restored))
                 else:
-                    tasks.append(_task(add, version, constants, exclude=added))
+                    add_task(add, _task(add, version, constants, exclude=added))
             elif remove is not None and remove["dataChange"]:
                 path = remove["path"]
                 removed = await self._bitmap(remove)
@@ -234,21 +261,38 @@ class ChangePlanner:
                 if path in adds:
                     deleted = (await self._bitmap(adds[path])) - removed
                     if deleted:
-                        tasks.append(_task(adds[path], version, constants, include=deleted))
+                        read = _task(adds[path], version, constants, include=deleted)
+                        add_task(adds[path], read)
                 else:
                     values = await self._partition_values(
                         version, remove, schemas.inferred.partition_columns
                     )
-                    tasks.append(
-                        _task(
-                            {**remove, "partitionValues": values},
-                            version,
-                            constants,
-                            exclude=removed,
-                        )
-                    )
+                    action = {**remove, "partitionValues": values}
+                    add_task(action, _task(action, version, constants, exclude=removed))
         self._learn_adds(version, rows)
-        return tasks
+        return tasks, facts
+
+
+def _facts(
+    action: Mapping[str, Any],
+    version: int,
+    timestamp_us: int,
+    change_type: str | None,
+    read: FileRead | None = None,
+) -> FileFacts:
+    values = read.partition_values if read is not None else action.get("partitionValues")
+    stats = action.get("stats")
+    return FileFacts(
+        partition_values=values if isinstance(values, Mapping) else {},
+        stats=stats if isinstance(stats, str) else None,
+        version=version,
+        timestamp_us=timestamp_us,
+        change_type=change_type,
+    )
+
+
+def _kept(reads: list[FileRead], keep: list[bool]) -> list[FileRead]:
+    return [read for read, k in zip(reads, keep, strict=True) if k]
 
 
 def _task(

@@ -362,6 +362,16 @@ class TailConfig:
         Must("must be a list of column names"),
         Option("--columns", "comma-separated data columns (default: all)", CliForm.LIST),
     ] = None
+    where: Annotated[
+        str | None,
+        Must("must be a predicate (a string)"),
+        Option(
+            "--where",
+            "deliver only the change rows matching this predicate (the language of read "
+            "--where; it may name _change_type, _commit_version and _commit_timestamp)",
+            metavar="EXPR",
+        ),
+    ] = None
     poll_interval: Annotated[Seconds, Option("--poll-interval", "seconds between polls")] = 1.0
     #: Each wait between polls is the interval times 1 ± up to this fraction.
     poll_jitter: Annotated[
@@ -520,6 +530,7 @@ class TailOptions(TypedDict, total=False):
     storage_options: Mapping[str, str]
     state_storage_options: Mapping[str, str] | None
     columns: Sequence[str] | None
+    where: str | None
     poll_interval: float
     notifications: bool
     on_schema_change: OnSchemaChange | str

@@ -84,7 +84,9 @@ class TableFollower:
         self.table = table
         check_readable(self._store.root_uri, protocol)
         self.metadata = metadata
-        self.schemas = ChangeSchemas.build(protocol, metadata, self.config.columns)
+        self.schemas = ChangeSchemas.build(
+            protocol, metadata, self.config.columns, self.config.where
+        )
         self._commits.seed(next_version, protocol, metadata)
         self._planner = ChangePlanner(self._store, self._partition_values)
 
@@ -180,7 +182,9 @@ class TableFollower:
                 extra={"stream": name, "version": version},
             )
         self.metadata = step.metadata
-        self.schemas = ChangeSchemas.build(step.protocol, step.metadata, self.config.columns)
+        self.schemas = ChangeSchemas.build(
+            step.protocol, step.metadata, self.config.columns, self.config.where
+        )
 
     async def _advance_state(
         self, version: int, actions: LogActions, skip_until: int | None

@@ -295,8 +295,12 @@ class Tailer:
         assert snapshot is not None and snapshot.version == version
         self._snapshot = None  # the table state holds the files from here on
         timestamp_ms = snapshot.timestamp_ms or 0
-        schemas = ChangeSchemas.build(snapshot.protocol, snapshot.metadata, self.config.columns)
+        schemas = ChangeSchemas.build(
+            snapshot.protocol, snapshot.metadata, self.config.columns, self.config.where
+        )
         files = snapshot.files.sort_by("path") if snapshot.num_files else snapshot.files
+        if schemas.filter is not None and files.num_rows:
+            files = files.filter(schemas.filter.may_match_files(files))
         total = files.num_rows
         log.info(
             "%s: delivering the snapshot of version %d (%d files) as inserts",

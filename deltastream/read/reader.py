@@ -74,8 +74,9 @@ class ReadSchema:
     ``table_schema``, then ``file_columns`` (read from the file under exactly these names,
     e.g. ``_change_type`` of change-data files), then ``constants``.
 
-    ``row_filter`` (an Arrow expression over logical column names) keeps the rows for which
-    it is true; columns it needs that are not in the output are read and then dropped.
+    ``row_filter`` (an Arrow expression over logical column names, the file columns and the
+    constants) keeps the rows for which it is true; columns it needs that are not in the
+    output are read and then dropped.
     """
 
     table_schema: StructType
@@ -387,15 +388,22 @@ class _FileReader:
         table = pa.Table.from_arrays(arrays, names=names)
         if selection is not None:
             table = table.filter(selection)
-        if schema.row_filter is not None:
+        if schema.row_filter is not None and table.num_rows:
+            # The filter may name the constants (the change feed's _commit_version…): they
+            # are columns by the time it runs.
+            for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
+                scalar = pa.scalar(value, type=constant.type)
+                table = table.append_column(constant, pa.repeat(scalar, table.num_rows))
             table = table.filter(schema.row_filter)
         if table.num_rows == 0:
             return
         keep = [*schema.columns, *(name for name, _ in schema.file_columns)]
+        keep += [c.name for c in schema.constant_fields]
         table = table.select([c for c in keep if c in table.column_names])
         for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
-            scalar = pa.scalar(value, type=constant.type)
-            table = table.append_column(constant, pa.repeat(scalar, table.num_rows))
+            if constant.name not in table.column_names:
+                scalar = pa.scalar(value, type=constant.type)
+                table = table.append_column(constant, pa.repeat(scalar, table.num_rows))
         if table.schema != out_schema:
             table = table.cast(out_schema)
         yield from table.to_batches(max_chunksize=BATCH_ROWS)

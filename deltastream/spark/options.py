@@ -46,6 +46,7 @@ _KNOWN = {
     "maxpartitionbytes",
     "opencostinbytes",
     "minpartitions",
+    "where",
 }
 _BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -128,6 +129,8 @@ class SourceOptions:
     skip_change_commits: bool = False
     fail_on_data_loss: bool = True
     exclude_regex: re.Pattern[str] | None = None
+    #: Change feed reads: only the change rows matching this predicate (``where``).
+    where: str | None = None
     #: How files are packed into Spark tasks (as Spark's own ``spark.sql.files.*``).
     max_partition_bytes: int = 128 << 20
     open_cost_in_bytes: int = 4 << 20
@@ -177,6 +180,13 @@ class SourceOptions:
         as_of_ts = _timestamp("timestampAsOf", lowered.get("timestampasof"))
         if as_of is not None and as_of_ts is not None:
             raise InvalidArgumentError("give versionAsOf or timestampAsOf, not both")
+        where = lowered.get("where") or None
+        read_change_feed = _bool("readChangeFeed", lowered.get("readchangefeed"), False)
+        if where is not None and not read_change_feed:
+            raise InvalidArgumentError(
+                "option where filters the change data feed (readChangeFeed=true); filter "
+                "table reads with DataFrame.filter"
+            )
         exclude = lowered.get("excluderegex")
         try:
             pattern = re.compile(exclude) if exclude else None
@@ -185,7 +195,8 @@ class SourceOptions:
         return cls(
             path=path,
             storage_options=storage,
-            read_change_feed=_bool("readChangeFeed", lowered.get("readchangefeed"), False),
+            read_change_feed=read_change_feed,
+            where=where,
             starting_version=starting,
             starting_timestamp_ms=start_ts,
             ending_version=end_version,

@@ -119,6 +119,7 @@ async def _plan_changes(store: ObjectStore, source: SourceOptions) -> ChangePlan
         end_version=source.ending_version,
         start_timestamp_ms=source.starting_timestamp_ms,
         end_timestamp_ms=source.ending_timestamp_ms,
+        where=source.where,
     )
 
 

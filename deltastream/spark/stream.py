@@ -278,7 +278,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state, segment = await load_table_state(store)
         assert state.protocol is not None and state.metadata is not None
         protocol, metadata = state.protocol, state.metadata
-        changes = ChangeSchemas.build(protocol, metadata) if self.source.read_change_feed else None
+        changes = (
+            ChangeSchemas.build(protocol, metadata, where=self.source.where)
+            if self.source.read_change_feed
+            else None
+        )
         schema = changes.inferred if changes else table_read_schema(protocol, metadata)
         return _Plan(
             store.root_uri, metadata.id, protocol, metadata, schema, changes, segment.version

@@ -134,6 +134,26 @@ def write_history(uri: str) -> None:
     write_deltalake(uri, pa.table({"id": [12], "v": ["c"]}), mode="append")
 
 
+def test_change_feed_where_equals_deltastream_changes(spark: Any, tmp_path: Path) -> None:
+    """The ``where`` option of change ranges: the rows ``read_changes(where=...)`` gives;
+    a table read refuses it (DataFrame.filter is the way there)."""
+    uri = str(tmp_path / "t")
+    write_history(uri)
+    where = "_change_type <> 'update_preimage' AND id < 11 AND _commit_version >= 1"
+    df = (
+        spark.read.format("deltastream")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", "0")
+        .option("where", where)
+        .load(uri)
+    )
+    expected = ds.read_changes(uri, start_version=0, where=where).read_all()
+    assert expected.num_rows > 0
+    assert rows(spark_rows(df)) == rows(expected)
+    with pytest.raises(ds.InvalidArgumentError, match="filters the change data feed"):
+        SourceOptions.parse({"path": uri, "where": "id = 1"})
+
+
 def test_change_feed_batch_read_equals_deltastream_changes(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     write_history(uri)

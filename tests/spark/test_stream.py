@@ -270,6 +270,21 @@ def read_all(reader: StreamReader) -> list[int]:
     return sorted(i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist())
 
 
+def test_a_change_stream_with_where(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(10)), configuration=CDF)
+    for n in range(1, 4):
+        commit(uri, n)
+    where = "id >= 5 AND _change_type <> 'update_preimage'"
+    reader = StreamReader(
+        SourceOptions.parse(
+            {"path": uri, "startingVersion": "0", "readChangeFeed": "true", "where": where}
+        )
+    )
+    expected = ds.read_changes(uri, start_version=0, where=where).read_all()
+    assert read_all(reader) == sorted(expected.column("id").to_pylist())
+
+
 def test_a_schema_change_stops_the_stream(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     write_deltalake(uri, batch(range(3)))
