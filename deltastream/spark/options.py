@@ -47,9 +47,19 @@ _KNOWN = {
     "opencostinbytes",
     "minpartitions",
     "where",
+    "columns",
 }
 _BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _columns(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    names = tuple(c.strip() for c in value.split(",") if c.strip())
+    if not names:
+        raise InvalidArgumentError("option columns: no column names given")
+    return names
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
@@ -131,6 +141,8 @@ class SourceOptions:
     exclude_regex: re.Pattern[str] | None = None
     #: Change feed reads: only the change rows matching this predicate (``where``).
     where: str | None = None
+    #: The data columns to read (``columns``, comma-separated; None: all of them).
+    columns: tuple[str, ...] | None = None
     #: How files are packed into Spark tasks (as Spark's own ``spark.sql.files.*``).
     max_partition_bytes: int = 128 << 20
     open_cost_in_bytes: int = 4 << 20
@@ -197,6 +209,7 @@ class SourceOptions:
             storage_options=storage,
             read_change_feed=read_change_feed,
             where=where,
+            columns=_columns(lowered.get("columns")),
             starting_version=starting,
             starting_timestamp_ms=start_ts,
             ending_version=end_version,

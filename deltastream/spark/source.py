@@ -93,8 +93,8 @@ async def _read_schema(source: SourceOptions) -> ReadSchema:
         state, _ = await load_table_state(store, version)
         assert state.protocol is not None and state.metadata is not None
         if source.read_change_feed:
-            return ChangeSchemas.build(state.protocol, state.metadata).inferred
-        return table_read_schema(state.protocol, state.metadata)
+            return ChangeSchemas.build(state.protocol, state.metadata, source.columns).inferred
+        return table_read_schema(state.protocol, state.metadata, source.columns)
 
 
 async def _load(store: ObjectStore, source: SourceOptions) -> Snapshot:
@@ -119,6 +119,7 @@ async def _plan_changes(store: ObjectStore, source: SourceOptions) -> ChangePlan
         end_version=source.ending_version,
         start_timestamp_ms=source.starting_timestamp_ms,
         end_timestamp_ms=source.ending_timestamp_ms,
+        columns=source.columns,
         where=source.where,
     )
 
@@ -141,7 +142,7 @@ async def _partitions(source: SourceOptions) -> list[FilePartition]:
                     )
             return partitions
         snapshot = await _load(store, source)
-        schema = snapshot_read_schema(snapshot)
+        schema = snapshot_read_schema(snapshot, source.columns)
         check_live_files(store, snapshot.version, snapshot.files)
         return list(_snapshot_partitions(uri, options, snapshot, schema, source))
 

@@ -279,11 +279,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert state.protocol is not None and state.metadata is not None
         protocol, metadata = state.protocol, state.metadata
         changes = (
-            ChangeSchemas.build(protocol, metadata, where=self.source.where)
+            ChangeSchemas.build(protocol, metadata, self.source.columns, self.source.where)
             if self.source.read_change_feed
             else None
         )
-        schema = changes.inferred if changes else table_read_schema(protocol, metadata)
+        schema = (
+            changes.inferred
+            if changes
+            else table_read_schema(protocol, metadata, self.source.columns)
+        )
         return _Plan(
             store.root_uri, metadata.id, protocol, metadata, schema, changes, segment.version
         )
