@@ -224,8 +224,8 @@ class ChangePlanner:
     async def _inferred(
         self, version: int, actions: LogActions, timestamp_us: int, schemas: ChangeSchemas
     ) -> tuple[list[FileRead], list[FileFacts]]:
-        """The reads of ``version``'s data changes and, for file skipping, what is known of
-        each (its action's partition values and statistics)."""
+        """The reads of ``version``'s data changes and, with a filter, what file skipping
+        knows of each (its action's partition values and statistics)."""
         self._dvs.clear()
         rows = actions.file_actions.to_pylist(maps_as_pydicts="strict")
         adds = {r["add"]["path"]: r["add"] for r in rows if r["add"] and r["add"]["dataChange"]}
@@ -239,8 +239,9 @@ class ChangePlanner:
 
         def add_task(action: dict[str, Any], read: FileRead) -> None:
             tasks.append(read)
-            change_type = str(read.constants[0])
-            facts.append(_facts(action, version, timestamp_us, change_type, read))
+            if schemas.filter is not None:  # what file skipping needs; nothing otherwise
+                change_type = str(read.constants[0])
+                facts.append(_facts(action, version, timestamp_us, change_type, read))
 
         for row in rows:
             add, remove = row["add"], row["remove"]

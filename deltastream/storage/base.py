@@ -21,7 +21,13 @@ from typing import Self, TypeVar, cast
 import anyio
 import pyarrow as pa
 
-from deltastream.errors import DataFileError, InvalidArgumentError, StorageError, UnsafePathError
+from deltastream.errors import (
+    DataFileError,
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    StorageError,
+    UnsafePathError,
+)
 from deltastream.storage.paths import CONFINED, ExternalPaths, resolve_path
 from deltastream.storage.retry import RetryListener, RetryPolicy, call_with_retries
 
@@ -164,6 +170,8 @@ class ObjectStore(AsyncClosable, ABC):
 
     def __init__(self) -> None:
         self.stats = StoreStats()
+        #: Stores for other buckets or containers (:meth:`_store_at`), by their root.
+        self._foreign: dict[str, ObjectStore] = {}
 
     @property
     @abstractmethod
@@ -294,6 +302,34 @@ class ObjectStore(AsyncClosable, ABC):
             on_retry=count_retry,
             logger=logger,
         )
+
+    def _foreign_store(self, root: str, make: Callable[[], ObjectStore]) -> ObjectStore:
+        """The store for another bucket or container ``root``, made by ``make`` the first
+        time: it counts into this store's :attr:`stats`, and its retries are reported to
+        whoever listens to this store's; :meth:`_close_foreign` closes it."""
+        other = self._foreign.get(root)
+        if other is None:
+            other = make()
+            other.stats = self.stats
+            self._foreign[root] = other
+        other.retry_listener = self.retry_listener
+        return other
+
+    async def _close_foreign(self) -> None:
+        """Close the stores :meth:`_foreign_store` made (from a store's ``aclose``)."""
+        foreign, self._foreign = list(self._foreign.values()), {}
+        for store in foreign:
+            await store.aclose()
+
+    async def _put_landed(self, key: str, data: bytes) -> str | None:
+        """After a conditional :meth:`put` failed its precondition: the tag of ``key`` if it
+        holds exactly ``data`` (an earlier attempt of the same put landed and its answer was
+        lost, or was retried by the HTTP client unseen), else None."""
+        try:
+            stored, tag = await self.get_tagged(key)
+        except ObjectNotFoundError:
+            return None
+        return tag if stored == data else None
 
     def _store_at(self, root_uri: str) -> ObjectStore | None:
         """A store rooted at ``root_uri`` (the root of another file system or bucket, spelled

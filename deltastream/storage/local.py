@@ -188,7 +188,6 @@ class LocalStore(ObjectStore):
         # Absolute, with "." and ".." resolved lexically (as Spark's Hadoop paths are): the
         # root names the table in every message and in the stream's state.
         self._root = Path(os.path.abspath(Path(root).expanduser()))
-        self._filesystem_root: LocalStore | None = None
         self._feeds: set[ChangeFeed] = set()
 
     @property
@@ -260,6 +259,7 @@ class LocalStore(ObjectStore):
     async def aclose(self) -> None:
         for feed in list(self._feeds):
             await feed.aclose()
+        await self._close_foreign()
 
     async def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
         check_byte_range(self.uri_for(key), byte_range)
@@ -285,10 +285,7 @@ class LocalStore(ObjectStore):
         # counters; its keys are checked like any other (no ".." segments).
         if root_uri != "/":
             return None
-        if self._filesystem_root is None:
-            self._filesystem_root = LocalStore("/")
-            self._filesystem_root.stats = self.stats
-        return self._filesystem_root
+        return self._foreign_store("/", lambda: LocalStore("/"))
 
     async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
         self.stats.get_requests += 1

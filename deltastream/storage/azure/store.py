@@ -104,7 +104,6 @@ class AzureStore(ObjectStore):
         self._credential: Any = None
         self._lock = anyio.Lock()
         self._closed = False
-        self._foreign: dict[str, AzureStore] = {}
         #: Blobs per listing page asked for (tests make it small to see several pages).
         self.list_page_size = PAGE_SIZE
 
@@ -172,9 +171,7 @@ class AzureStore(ObjectStore):
             await client.close()
         if credential is not None and hasattr(credential, "close"):
             await credential.close()
-        foreign, self._foreign = list(self._foreign.values()), {}
-        for store in foreign:
-            await store.aclose()
+        await self._close_foreign()
 
     async def _call(self, uri: str, operation: str, op: Callable[[Any], Awaitable[T]]) -> T:
         container = await self._container()
@@ -327,13 +324,10 @@ class AzureStore(ObjectStore):
             # own precondition; the blob then holds exactly these bytes. (The retry may be
             # aiohttp's own, on a closed connection, unseen by the retry policy: so compare
             # the bytes whatever the count of retries says.)
-            if if_match is None:
+            landed = None if if_match is None else await self._put_landed(key, data)
+            if landed is None:
                 raise
-            with contextlib.suppress(ObjectNotFoundError):
-                stored, tag = await self.get_tagged(key)
-                if stored == data:
-                    return tag
-            raise
+            return landed
 
     async def delete(self, key: str) -> None:
         async def remove(container: Any) -> None:
@@ -350,10 +344,8 @@ class AzureStore(ObjectStore):
         location = parse_azure_uri(root_uri)
         if location.account not in (None, self.account):
             return None
-        other = self._foreign.get(location.container)
-        if other is None:
-            other = AzureStore(self.account, location.container, "", self.options, self.suffix)
-            other.stats = self.stats
-            self._foreign[location.container] = other
-        other.retry_listener = self.retry_listener
-        return other
+        container = location.container
+        return self._foreign_store(
+            container,
+            lambda: AzureStore(self.account, container, "", self.options, self.suffix),
+        )

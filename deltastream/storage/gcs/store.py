@@ -104,7 +104,6 @@ class GcsStore(ObjectStore):
         self._token: Any = None
         self._lock = anyio.Lock()
         self._closed = False
-        self._foreign: dict[str, GcsStore] = {}
         base = self.options.endpoint_url
         self._objects_url = f"{base}/storage/v1/b/{quote(bucket, safe='')}/o"
         self._upload_url = f"{base}/upload/storage/v1/b/{quote(bucket, safe='')}/o"
@@ -165,9 +164,7 @@ class GcsStore(ObjectStore):
             await token.close()
         if session is not None:
             await session.close()
-        foreign, self._foreign = list(self._foreign.values()), {}
-        for store in foreign:
-            await store.aclose()
+        await self._close_foreign()
 
     async def _call(
         self, uri: str, operation: str, op: Callable[[aiohttp.ClientSession], Awaitable[T]]
@@ -355,13 +352,10 @@ class GcsStore(ObjectStore):
         except PreconditionFailedError:
             # A retried upload whose first attempt landed (its answer was lost) fails its
             # own precondition; the object then holds exactly these bytes.
-            if if_match is None:
+            landed = None if if_match is None else await self._put_landed(key, data)
+            if landed is None:
                 raise
-            with contextlib.suppress(ObjectNotFoundError):
-                stored, generation = await self.get_tagged(key)
-                if stored == data:
-                    return generation
-            raise
+            return landed
 
     async def delete(self, key: str) -> None:
         async def remove(session: aiohttp.ClientSession) -> None:
@@ -376,13 +370,8 @@ class GcsStore(ObjectStore):
         parts = split_uri(root_uri)
         if parts.scheme not in GCS_SCHEMES or not parts.authority:
             return None
-        other = self._foreign.get(parts.authority)
-        if other is None:
-            other = GcsStore(parts.authority, "", self.options)
-            other.stats = self.stats
-            self._foreign[parts.authority] = other
-        other.retry_listener = self.retry_listener
-        return other
+        bucket = parts.authority
+        return self._foreign_store(bucket, lambda: GcsStore(bucket, "", self.options))
 
 
 _BOUNDARY = "deltastream-7f3c2a9e5b1d4c68"

@@ -119,7 +119,6 @@ class S3Store(ObjectStore):
         self._stack: AsyncExitStack | None = None
         self._client_lock = anyio.Lock()
         self._closed = False
-        self._foreign: dict[str, S3Store] = {}
         self._feeds: set[ChangeFeed] = set()
 
     @property
@@ -182,9 +181,7 @@ class S3Store(ObjectStore):
             self._client = self._sqs_client = None
         if stack is not None:
             await stack.aclose()
-        foreign, self._foreign = list(self._foreign.values()), {}
-        for store in foreign:
-            await store.aclose()
+        await self._close_foreign()
 
     async def _call(
         self,
@@ -365,14 +362,7 @@ class S3Store(ObjectStore):
         if parts.scheme not in S3_SCHEMES or not parts.authority:
             return None
         bucket = parts.authority
-        other = self._foreign.get(bucket)
-        if other is None:
-            other = S3Store(bucket, "", self.options)
-            other.stats = self.stats
-            self._foreign[bucket] = other
-        # Its retries are this store's: whoever listens here hears them too.
-        other.retry_listener = self.retry_listener
-        return other
+        return self._foreign_store(bucket, lambda: S3Store(bucket, "", self.options))
 
     async def head(self, key: str) -> ObjectMeta:
         uri = self.uri_for(key)
