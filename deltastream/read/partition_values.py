@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltastream.errors import InvalidTableStateError, UnsupportedFeatureError
+from deltastream.read.constants import repeated
 from deltastream.schema.model import (
     ColumnMappingMode,
     DataType,
@@ -335,13 +336,7 @@ def _arrow_type(dtype: DataType, column: str) -> pa.DataType:
 def partition_column(raw: str | None, dtype: DataType, column: str, length: int) -> AnyArray:
     """``length`` copies of one partition value, as an Arrow array of the column's type."""
     value = parse_partition_value(raw, dtype, column)
-    arrow_type = _arrow_type(dtype, column)
-    out: AnyArray
-    if value is None:
-        out = pa.nulls(length, arrow_type)  # type: ignore[call-overload]  # stubs: no DataType
-    else:
-        out = pa.repeat(cast(Any, pa.scalar(value, arrow_type)), length)
-    return out
+    return repeated(value, _arrow_type(dtype, column), length)
 
 
 def _lookup(maps: pa.MapArray[Any, Any], keys: Sequence[str]) -> list[AnyArray]:

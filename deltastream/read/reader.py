@@ -38,6 +38,7 @@ from deltastream.errors import (
     InvalidTableStateError,
     ObjectNotFoundError,
 )
+from deltastream.read.constants import repeated
 from deltastream.read.deletion_vectors import kept_rows
 from deltastream.read.partition_values import partition_column
 from deltastream.read.variant import MalformedVariantError, read_variant_column
@@ -260,6 +261,18 @@ class _FileReader:
                     f"(columns: {', '.join(sorted(present)) or 'none'})"
                 )
             self.file_names.append(name)
+        # Columns read as the table's string or binary types may be decoded as dictionaries.
+        plain = {fn for kind, f, fn in self.plan if fn is not None and _is_plain_binary(f.type)}
+        plain |= {name for name, t in schema.file_columns if _is_binary_like(t)}
+        dictionary = _dictionary_columns(self.pf.metadata, plain, file_fields)
+        if dictionary:
+            self.pf = pq.ParquetFile(
+                handle,
+                metadata=self.pf.metadata,
+                read_dictionary=dictionary,
+                pre_buffer=False,
+                coerce_int96_timestamp_unit="us",
+            )
 
     def error(self, problem: str) -> DataFileError:
         return DataFileError(self.source, problem, self.task.version)
@@ -382,7 +395,7 @@ class _FileReader:
         if selection is None and schema.row_filter is None:
             # The common case: every row, columns already in output order.
             for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
-                arrays.append(pa.repeat(pa.scalar(value, type=constant.type), n))
+                arrays.append(repeated(value, constant.type, n))
             yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
             return
         table = pa.Table.from_arrays(arrays, names=names)
@@ -392,8 +405,7 @@ class _FileReader:
             # The filter may name the constants (the change feed's _commit_version…): they
             # are columns by the time it runs.
             for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
-                scalar = pa.scalar(value, type=constant.type)
-                table = table.append_column(constant, pa.repeat(scalar, table.num_rows))
+                table = table.append_column(constant, repeated(value, constant.type, len(table)))
             table = table.filter(schema.row_filter)
         if table.num_rows == 0:
             return
@@ -402,11 +414,64 @@ class _FileReader:
         table = table.select([c for c in keep if c in table.column_names])
         for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
             if constant.name not in table.column_names:
-                scalar = pa.scalar(value, type=constant.type)
-                table = table.append_column(constant, pa.repeat(scalar, table.num_rows))
+                table = table.append_column(constant, repeated(value, constant.type, len(table)))
         if table.schema != out_schema:
             table = table.cast(out_schema)
         yield from table.to_batches(max_chunksize=BATCH_ROWS)
+
+
+def _is_binary_like(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_string_view(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_binary_view(t)
+    )
+
+
+def _is_plain_binary(t: DataType) -> bool:
+    """Whether a table column is a plain (not variant, not nested) string or binary."""
+    return not is_variant(t) and _is_binary_like(to_arrow_type(t))
+
+
+#: A dictionary page this small cannot have overflowed into plain pages (writers fall back
+#: at about 1 MiB).
+_SMALL_DICTIONARY = 64 * 1024
+
+
+def _small_dictionary(chunk: pq.ColumnChunkMetaData) -> bool:
+    """Whether a column chunk is dictionary-encoded with a dictionary page that is small next
+    to the chunk: few distinct values, and no fallback to plain pages (writers fall back
+    once the dictionary outgrows its limit, so a small dictionary page rules that out)."""
+    if not chunk.has_dictionary_page or chunk.dictionary_page_offset is None:
+        return False
+    dictionary_bytes = chunk.data_page_offset - chunk.dictionary_page_offset
+    return 0 < dictionary_bytes <= _SMALL_DICTIONARY or (
+        dictionary_bytes > 0 and dictionary_bytes * 4 <= chunk.total_compressed_size
+    )
+
+
+def _dictionary_columns(
+    metadata: pq.FileMetaData, read: set[str], file_fields: list[pa.Field[Any]]
+) -> list[str]:
+    """Those of ``read`` (file column names) that are top-level string or binary columns
+    worth decoding as dictionaries (and casting to their plain type afterwards): those with
+    a small dictionary in every row group. Decoding indices and gathering a few values is
+    cheaper than decoding every value; the result is the same."""
+    candidates = {f.name for f in file_fields if f.name in read and _is_binary_like(f.type)}
+    if not candidates or metadata.num_row_groups == 0:
+        return []
+    schema = metadata.schema
+    leaves = [i for i in range(len(schema)) if schema.column(i).path in candidates]
+    chosen = {schema.column(i).path for i in leaves}
+    for rg in range(metadata.num_row_groups):
+        group = metadata.row_group(rg)
+        for i in leaves:
+            if not _small_dictionary(group.column(i)):
+                chosen.discard(schema.column(i).path)
+    return sorted(chosen)
 
 
 def _nulls(n: int, t: pa.DataType) -> pa.Array[Any]:
@@ -453,7 +518,7 @@ class _FileQueue:
         self._loop.call_soon_threadsafe(self._items.put_nowait, item)
         return True
 
-    def finish(self, error: BaseException | None = None) -> None:
+    def finish(self, error: BaseException | _Missing | None = None) -> None:
         """From the worker: no more batches (``error`` if the file could not be read)."""
         if not self.closed:
             self._loop.call_soon_threadsafe(self._items.put_nowait, error or _END)
@@ -468,10 +533,32 @@ class _FileQueue:
         self._slots.release()  # wake a worker blocked on a full queue
 
 
+@dataclass(frozen=True)
+class _Missing:
+    """Posted instead of batches when a worker finds the file gone."""
+
+    error: ObjectNotFoundError
+
+
 def _decode(
-    source: str, handle: pa.NativeFile, task: FileRead, schema: ReadSchema, queue: _FileQueue
+    source: str,
+    handle: pa.NativeFile | tuple[ObjectStore, str],
+    task: FileRead,
+    schema: ReadSchema,
+    queue: _FileQueue,
 ) -> None:
-    """Decode one file in a worker thread into ``queue``; stops if the reader went away."""
+    """Decode one file in a worker thread into ``queue``; stops if the reader went away.
+    ``handle`` is the open file, or the store and key to open it with (blocking, here)."""
+    if isinstance(handle, tuple):
+        file_store, key = handle
+        try:
+            handle = file_store.open_file_blocking(key, task.size)
+        except ObjectNotFoundError as e:
+            queue.finish(_Missing(e))
+            return
+        except BaseException as e:
+            queue.finish(e)
+            return
     try:
         for batch in _FileReader(source, handle, task, schema).batches():
             if not queue.put(batch):
@@ -519,13 +606,20 @@ async def read_file_batches(
     it."""
     loop = asyncio.get_running_loop()
     executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="deltastream-read")
-    pending: deque[tuple[FileRead, _FileQueue, Future[None], pa.NativeFile]] = deque()
+    pending: deque[tuple[FileRead, str, _FileQueue, Future[None], pa.NativeFile | None]] = deque()
     exhausted = False
+
+    def missing(task: FileRead, source: str, error: ObjectNotFoundError) -> None:
+        """Skip a file that is gone if ``on_missing`` says so, else raise."""
+        problem = DataFileNotFoundError(source, task.version)
+        if on_missing is None or not on_missing(task, problem):
+            raise problem from error
+
     try:
         while True:
-            # More files open than workers: a worker finishing a file finds the next one
-            # queued instead of waiting for the consumer to catch up. Only workers decode,
-            # so the extra files cost an open handle each, not memory.
+            # More files queued than workers: a worker finishing a file finds the next one
+            # waiting instead of waiting for the consumer to catch up. Only workers decode,
+            # so the extra files cost at most an open handle each, not memory.
             while not exhausted and len(pending) < _OPEN_PER_WORKER * concurrency:
                 try:
                     task, schema = await anext(tasks)
@@ -534,27 +628,31 @@ async def read_file_batches(
                     break
                 file_store, key = store.resolve(task.path)
                 source = file_store.uri_for(key)
-                try:
-                    handle = await file_store.open_file(key, task.size)
-                except ObjectNotFoundError as e:
-                    missing = DataFileNotFoundError(source, task.version)
-                    if on_missing is not None and on_missing(task, missing):
+                handle: pa.NativeFile | None = None
+                if not file_store.opens_blocking:
+                    try:
+                        handle = await file_store.open_file(key, task.size)
+                    except ObjectNotFoundError as e:
+                        missing(task, source, e)
                         continue
-                    raise missing from e
                 queue = _FileQueue(loop)
-                job = executor.submit(_decode, source, handle, task, schema, queue)
-                pending.append((task, queue, job, handle))
+                opened = handle if handle is not None else (file_store, key)
+                job = executor.submit(_decode, source, opened, task, schema, queue)
+                pending.append((task, source, queue, job, handle))
             if not pending:
                 return
-            task, queue = pending[0][0], pending[0][1]
+            task, source, queue = pending[0][:3]
             while (item := await queue.get()) is not _END:
+                if isinstance(item, _Missing):
+                    missing(task, source, item.error)
+                    break
                 if isinstance(item, BaseException):
                     raise item
                 yield task, cast(pa.RecordBatch, item)
             pending.popleft()
     finally:
-        for _, queue, job, handle in pending:
+        for _, _, queue, job, handle in pending:
             queue.close()  # workers still decoding stop at their next batch
-            if job.cancel():  # never started: its file is still open
+            if job.cancel() and handle is not None:  # never started: its file is still open
                 handle.close()
         executor.shutdown(wait=False)

@@ -235,6 +235,15 @@ class ObjectStore(AsyncClosable, ABC):
         thread (``anyio.to_thread.run_sync``), never from the event loop itself."""
         return pa.BufferReader(await self.get(key))
 
+    #: Whether :meth:`open_file_blocking` works here: opening costs a system call, not a
+    #: request, so readers open each file in the worker thread that decodes it instead of
+    #: making the event loop wait on a thread for every file.
+    opens_blocking = False
+
+    def open_file_blocking(self, key: str, size: int | None = None) -> pa.NativeFile:
+        """:meth:`open_file`, called from a worker thread; only where :attr:`opens_blocking`."""
+        raise NotImplementedError(f"{type(self).__name__} opens files only with open_file")
+
     async def root_problem(self) -> str | None:
         """Why nothing can be stored under the root, where the store can tell cheaply (a
         local root that is no directory), else ``None`` (this default: an object store's

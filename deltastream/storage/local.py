@@ -287,11 +287,13 @@ class LocalStore(ObjectStore):
             return None
         return self._foreign_store("/", lambda: LocalStore("/"))
 
-    async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
-        self.stats.get_requests += 1
-        return await anyio.to_thread.run_sync(self._open, key)
+    opens_blocking = True
 
-    def _open(self, key: str) -> pa.NativeFile:
+    async def open_file(self, key: str, size: int | None = None) -> pa.NativeFile:
+        return await anyio.to_thread.run_sync(self.open_file_blocking, key)
+
+    def open_file_blocking(self, key: str, size: int | None = None) -> pa.NativeFile:
+        self.stats.get_requests += 1
         path = self._path(key)
         try:
             if not stat.S_ISREG(os.stat(path).st_mode):

@@ -270,3 +270,42 @@ def test_byte_range_splits_read_each_row_group_once(tmp_path: Path) -> None:
         parts = [(start, min(start + length, size)) for start in range(0, size, length)]
         got = [i for part in parts for i in anyio.run(read, part)]
         assert got == expected, length
+
+
+def test_dictionary_encoded_strings_read_as_plain_strings(tmp_path: Path) -> None:
+    """Small-dictionary string and binary columns are decoded as dictionaries (cheaper) and
+    come out with the table's plain types and the same values, nulls included; a column
+    whose dictionary overflowed into plain pages reads the same way."""
+    n = 50_000
+    few = [None if i % 11 == 0 else ["NL", "FR", "JP"][i % 3] for i in range(n)]
+    many = [f"value-{i:08d}-{'x' * 40}" for i in range(n)]  # overflows the dictionary
+    data = pa.table(
+        {
+            "few": pa.array(few, pa.string()),
+            "raw": pa.array([None if v is None else v.encode() for v in few], pa.binary()),
+            "many": pa.array(many, pa.string()),
+        }
+    )
+    pq.write_table(data, tmp_path / "f.parquet", row_group_size=20_000)
+    chunk = pq.ParquetFile(tmp_path / "f.parquet").metadata.row_group(0)
+    assert chunk.column(0).has_dictionary_page and chunk.column(2).has_dictionary_page
+    fields = ",".join(
+        f'{{"name":"{name}","type":"{kind}","nullable":true,"metadata":{{}}}}'
+        for name, kind in (("few", "string"), ("raw", "binary"), ("many", "string"))
+    )
+    w = lb.LogWriter(tmp_path)
+    schema = lb.metadata(partition_columns=())
+    schema["metaData"]["schemaString"] = f'{{"type":"struct","fields":[{fields}]}}'
+    size = (tmp_path / "f.parquet").stat().st_size
+    w.commit(0, lb.protocol(), schema, lb.add("f.parquet", part=None, size=size))
+
+    from deltastream.read.reader import _dictionary_columns
+
+    pf = pq.ParquetFile(tmp_path / "f.parquet")
+    chosen = _dictionary_columns(pf.metadata, {"few", "raw", "many"}, list(pf.schema_arrow))
+    assert chosen == ["few", "raw"]
+    got = ds.read_rows(str(tmp_path)).read_all()
+    assert got.schema == pa.schema(
+        [("few", pa.string()), ("raw", pa.binary()), ("many", pa.string())]
+    )
+    assert got.equals(data)

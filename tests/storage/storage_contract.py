@@ -14,6 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from deltastream.errors import (
@@ -236,6 +238,29 @@ class StoreContract:
                 assert isinstance(err, StorageError)
                 assert err.uri == uri
                 assert str(err) == f"{uri}: not found"
+
+    @pytest.mark.anyio
+    async def test_open_file_reads_what_get_reads(self, harness: Harness) -> None:
+        """Random access over an object (and, where the store opens files without the
+        event loop, the same from a worker thread); a missing one is ObjectNotFoundError."""
+        self.populate(harness, SPECIAL_KEYS)
+        store = harness.store
+        for key, data in SPECIAL_KEYS.items():
+            handle = await store.open_file(key, len(data))
+            handle.seek(1)
+            assert handle.read() == data[1:], key
+            handle.close()
+            if store.opens_blocking:
+                handle = await anyio.to_thread.run_sync(store.open_file_blocking, key, None)
+                assert handle.read() == data, key
+                handle.close()
+        await not_found(store.open_file("nope/missing.parquet"))
+        if store.opens_blocking:
+            with pytest.raises(ObjectNotFoundError):
+                await anyio.to_thread.run_sync(store.open_file_blocking, "nope/x.parquet", None)
+        else:
+            with pytest.raises(NotImplementedError):
+                store.open_file_blocking("nope/x.parquet")
 
     @pytest.mark.anyio
     async def test_directory_is_not_an_object(self, harness: Harness) -> None:
