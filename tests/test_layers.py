@@ -21,9 +21,17 @@ LAYERS = {
 TOP = 7  # spark, daemon, cli and the package's own __init__/__main__
 #: Network libraries: the object stores use them, and so does the daemon for its own endpoints
 #: (the HTTP sink and the health/metrics server); nothing else may.
-STORAGE_ONLY_IMPORTS = {"aiobotocore", "botocore", "aiohttp", "watchfiles", "azure", "gcloud"}
+STORAGE_ONLY_IMPORTS = {
+    "aiobotocore",
+    "botocore",
+    "aiohttp",
+    "watchfiles",
+    "inotify_simple",
+    "azure",
+    "gcloud",
+}
 NETWORK_PACKAGES = ("deltastream.storage", "deltastream.daemon")
-DAEMON_FORBIDDEN = {"aiobotocore", "botocore", "watchfiles", "azure", "gcloud"}
+DAEMON_FORBIDDEN = {"aiobotocore", "botocore", "watchfiles", "inotify_simple", "azure", "gcloud"}
 
 
 def layer_of(module: str) -> int:

@@ -2,21 +2,21 @@
 
 A poll is one LIST of ``_delta_log/`` starting at the next expected version: when nothing
 changed it returns only ``_last_checkpoint`` (or nothing), and no object is read. Between
-polls the watcher sleeps for the poll interval with random jitter (so many tables polled by
-one process do not fire together), or less when the store's change feed (filesystem
-notifications, an SQS queue) says something arrived. The feed only shortens the wait:
-polling stays the safety net for any event a feed misses.
+polls the watcher sleeps until its next poll time (:mod:`~deltastream.daemon.poll_schedule`:
+once per poll interval, the tables of a process spread evenly over it), or less when the
+store's change feed (filesystem notifications, an SQS queue) says something arrived. The
+feed only shortens the wait: polling stays the safety net for any event a feed misses.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass
 
 import anyio
 
+from deltastream.daemon.poll_schedule import SLOTS, PollSlot, PollSlots
 from deltastream.errors import StorageError
 from deltastream.log.listing import list_log
 from deltastream.log.paths import LOG_DIR
@@ -46,6 +46,7 @@ class LogWatcher(AsyncClosable):
         poll_interval: float = 1.0,
         jitter: float = 0.1,
         notifications: bool = True,
+        slots: PollSlots = SLOTS,
     ) -> None:
         if poll_interval <= 0:
             raise ValueError(f"poll interval must be > 0, not {poll_interval}")
@@ -55,6 +56,8 @@ class LogWatcher(AsyncClosable):
         self.stats = PollStats()
         self._use_feed = notifications
         self._feed: ChangeFeed | None = None
+        self._slots = slots
+        self._slot: PollSlot | None = None
 
     async def poll(self, next_version: int) -> LogListing:
         """One LIST: the log files of versions ``>= next_version``."""
@@ -78,8 +81,10 @@ class LogWatcher(AsyncClosable):
             await self.sleep()
 
     async def sleep(self) -> None:
-        """Wait one poll interval (with jitter), or until the change feed wakes us."""
-        delay = self.poll_interval * (1 + random.uniform(-self.jitter, self.jitter))
+        """Wait until this watcher's next poll time, or until the change feed wakes us."""
+        if self._slot is None:
+            self._slot = self._slots.take()
+        delay = self._slot.next_poll(self.poll_interval, self.jitter)
         feed = await self._get_feed()
         if feed is None:
             await anyio.sleep(delay)
@@ -112,4 +117,7 @@ class LogWatcher(AsyncClosable):
                 await feed.aclose()
 
     async def aclose(self) -> None:
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
         await self._drop_feed()

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import os
 import stat
+import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -47,6 +49,10 @@ __all__ = ["LocalStore"]
 
 #: watchfiles' code for a deleted path (watchfiles.Change.deleted), as RustNotify reports it.
 _DELETED = 3
+
+
+def _has_inotify_simple() -> bool:
+    return importlib.util.find_spec("inotify_simple") is not None
 
 
 def _tag_of(st: os.stat_result) -> str:
@@ -183,6 +189,10 @@ class LocalStore(ObjectStore):
     #: (at 10 ms, about 0.5% of one core per open feed; at 2 ms, about 2.5%).
     watch_step_ms: int = 10
 
+    #: Whether feeds share one inotify instance per event loop (:mod:`.inotify`: Linux,
+    #: no thread per feed) rather than each running a watchfiles thread (elsewhere).
+    shared_notifications: bool = sys.platform == "linux" and _has_inotify_simple()
+
     def __init__(self, root: str | os.PathLike[str]) -> None:
         super().__init__()
         # Absolute, with "." and ".." resolved lexically (as Spark's Hadoop paths are): the
@@ -249,6 +259,14 @@ class LocalStore(ObjectStore):
         not exist (nothing is created): watch again once it does."""
         prefix = directory if not directory or directory.endswith("/") else directory + "/"
         path = self._path(prefix.rstrip("/"))
+        if self.shared_notifications:
+            from deltastream.storage.inotify import inotify_feed
+
+            shared = inotify_feed(path, str(path))
+            if shared is not None:
+                self._feeds.add(shared)
+                shared.on_close = self._feeds.discard
+            return shared
         watched = await anyio.to_thread.run_sync(_open_notify, path)
         if watched is None:
             return None

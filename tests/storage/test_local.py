@@ -4,9 +4,11 @@ change feeds on real inotify events (``LocalStore.watch``)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import statistics
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -289,11 +291,25 @@ async def test_missing_local_file_error_names_the_path(tmp_path: Path) -> None:
 COMMIT = "_delta_log/{:020d}.json"
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[LocalStore]:
+@pytest.fixture(params=["shared-inotify", "watchfiles-thread"])
+async def store(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[LocalStore]:
+    """A local store whose feeds share the loop's inotify instance, or (as where there is
+    no inotify) each run a watchfiles thread: both pass every feed test."""
     (tmp_path / "_delta_log" / "_sidecars").mkdir(parents=True)
     async with LocalStore(tmp_path) as store:
+        store.shared_notifications = request.param == "shared-inotify"
         yield store
+
+
+def feed_is_running(store: LocalStore, feed: ChangeFeed) -> bool:
+    """Whether a feed still has its watcher: its thread, or its watch on the shared
+    instance."""
+    if store.shared_notifications:
+        from deltastream.storage import inotify
+
+        hub = inotify._hubs.get(asyncio.get_running_loop())
+        return hub is not None and any(feed in feeds for feeds in hub._feeds.values())
+    return bool(feed._thread.is_alive())  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -413,8 +429,7 @@ async def test_wait_is_cancellable_and_the_feed_still_works(
 async def test_closing_the_feed_stops_its_thread(store: LocalStore) -> None:
     feed = await store.watch("_delta_log/")
     assert feed is not None
-    thread = feed._thread  # type: ignore[attr-defined]
-    assert thread.is_alive()
+    assert feed_is_running(store, feed)
     outcome: list[BaseException] = []
 
     async def waiter() -> None:
@@ -429,7 +444,7 @@ async def test_closing_the_feed_stops_its_thread(store: LocalStore) -> None:
         start = time.perf_counter()
         await feed.aclose()
         assert time.perf_counter() - start < 0.5
-    assert not thread.is_alive()
+    assert not feed_is_running(store, feed)
     # A wait in progress when the feed closes, and any later one, fail: nothing will wake it.
     assert [str(e) for e in outcome] == [f"{store.root / '_delta_log'}: change feed is closed"]
     with pytest.raises(StorageError, match="change feed is closed"):
@@ -438,13 +453,15 @@ async def test_closing_the_feed_stops_its_thread(store: LocalStore) -> None:
 
 
 @pytest.mark.anyio
-async def test_closing_the_store_closes_its_feeds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [True, False])
+async def test_closing_the_store_closes_its_feeds(tmp_path: Path, shared: bool) -> None:
     store = LocalStore(tmp_path)
+    store.shared_notifications = shared
     feeds = [await store.watch(""), await store.watch("")]
     await store.aclose()
     for feed in feeds:
         assert feed is not None
-        assert not feed._thread.is_alive()  # type: ignore[attr-defined]
+        assert not feed_is_running(store, feed)
         with pytest.raises(StorageError, match="change feed is closed"):
             await feed.wait()
 
@@ -523,3 +540,73 @@ async def test_a_watcher_error_surfaces_from_wait(tmp_path: Path) -> None:
     assert isinstance(info.value.__cause__, RuntimeError)
     await feed.aclose()
     assert not feed._thread.is_alive()
+
+
+# ------------------------------------------------------- one inotify instance for all feeds
+
+
+@pytest.mark.anyio
+async def test_many_feeds_share_one_inotify_instance_and_no_thread(tmp_path: Path) -> None:
+    """More tables than Linux's default 128 inotify instances per user, on one instance and
+    no thread per feed; each feed wakes for its own directory only."""
+    from deltastream.storage import inotify
+
+    n = 300
+    stores = [LocalStore(tmp_path / f"t{i}") for i in range(n)]
+    for store in stores:
+        (store.root / "_delta_log").mkdir(parents=True)
+        assert store.shared_notifications
+    threads = threading.active_count()
+    feeds = [await store.watch("_delta_log/") for store in stores]
+    assert all(feed is not None for feed in feeds)
+    assert threading.active_count() == threads
+    hub = inotify._hubs[asyncio.get_running_loop()]
+    assert hub.watches == n
+    for i in (0, 137, n - 1):
+        create(stores[i].root, 0)
+        assert await wakes(feeds[i], 0.5)  # type: ignore[arg-type]
+        woken = [j for j, feed in enumerate(feeds) if await wakes(feed, 0)]  # type: ignore[arg-type]
+        assert woken == [], (i, woken)
+    for store in stores:
+        await store.aclose()
+    assert asyncio.get_running_loop() not in inotify._hubs  # the last feed closed the fd
+
+
+@pytest.mark.anyio
+async def test_two_feeds_on_one_directory(tmp_path: Path) -> None:
+    from deltastream.storage import inotify
+
+    (tmp_path / "_delta_log").mkdir()
+    async with LocalStore(tmp_path) as a, LocalStore(tmp_path) as b:
+        fa, fb = await a.watch("_delta_log/"), await b.watch("_delta_log/")
+        assert fa is not None and fb is not None
+        assert inotify._hubs[asyncio.get_running_loop()].watches == 1  # one watch, two feeds
+        create(tmp_path, 0)
+        assert await wakes(fa, 0.5) and await wakes(fb, 0.5)
+        await fa.aclose()
+        create(tmp_path, 1)
+        assert await wakes(fb, 0.5)  # the other feed's watch is still there
+        with pytest.raises(StorageError, match="change feed is closed"):
+            await fa.wait()
+
+
+def overflow_queue(directory: Path) -> None:
+    """Queue more events than the kernel keeps (a create and a close per file)."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    for i in range(limit // 2 + 100):
+        (directory / f"{i}.tmp").write_bytes(b"")
+
+
+@pytest.mark.anyio
+async def test_a_lost_event_queue_wakes_every_feed(tmp_path: Path) -> None:
+    """When the kernel's queue overflows (events were dropped), every feed wakes: a feed may
+    wake for nothing but never sleeps through a change."""
+    busy, quiet = tmp_path / "busy", tmp_path / "quiet"
+    for d in (busy, quiet):
+        (d / "_delta_log").mkdir(parents=True)
+    async with LocalStore(busy) as b, LocalStore(quiet) as q:
+        fb, fq = await b.watch("_delta_log/"), await q.watch("_delta_log/")
+        assert fb is not None and fq is not None
+        overflow_queue(busy / "_delta_log")  # the event loop does not run meanwhile
+        assert await wakes(fq, 1)
+        assert await wakes(fb, 1)

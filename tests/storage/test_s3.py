@@ -1268,3 +1268,67 @@ async def test_sqs_client_region(queue_url: str, region: str | None, expected: s
         assert client.meta.region_name == expected
     finally:
         await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_many_tables_on_one_queue_share_one_reader(
+    s3_server: Any, notified_bucket: str, boto: Any, sqs: Any, queue: str
+) -> None:
+    """Tables of one process on one queue: one long poll for all of them, each woken for
+    its own directory only (read separately, feeds would take each other's messages); the
+    reader moves on when the store it polls through closes."""
+    stores = [
+        make_store(s3_server.endpoint, notified_bucket, f"t{i}", sqs_queue_url=queue)
+        for i in range(5)
+    ]
+    feeds = [await store.watch("_delta_log/") for store in stores]
+    assert all(feed is not None for feed in feeds)
+    tasks = {feed._task for feed in feeds}  # type: ignore[union-attr]
+    assert len(tasks) == 1  # one receive loop
+    await anyio.sleep(0.3)
+    for feed in feeds:
+        while await wakes(feed, 0.05):  # type: ignore[arg-type]
+            pass
+    names = [f"t{i}" for i in range(len(stores))]
+    for round_ in range(2):
+        for i, name in enumerate(names):
+            boto.put_object(
+                Bucket=notified_bucket, Key=f"{name}/_delta_log/{round_:020d}.json", Body=b"{}"
+            )
+            assert await wakes(feeds[i], 5), (round_, i)  # type: ignore[arg-type]
+            for j, other in enumerate(feeds):
+                if j != i:
+                    assert not await wakes(other, 0), (round_, i, j)  # type: ignore[arg-type]
+        if round_ == 0:
+            await stores[0].aclose()  # the store the reader polled through
+            stores, feeds, names = stores[1:], feeds[1:], names[1:]
+            assert not feeds[0]._task.done()  # type: ignore[union-attr]
+    assert await emptied(sqs, queue)
+    task = feeds[0]._task  # type: ignore[union-attr]
+    for store in stores:
+        await store.aclose()
+    assert task.done()
+
+
+@pytest.mark.anyio
+async def test_stores_with_the_same_options_share_one_client(
+    s3_server: Any, s3_bucket: Any
+) -> None:
+    """A thousand tables in one bucket hold one client (and connection pool), not a
+    thousand; it closes with the last store using it."""
+    a = make_store(s3_server.endpoint, s3_bucket.name, "a")
+    b = make_store(s3_server.endpoint, s3_bucket.name, "b")
+    other = make_store(s3_server.endpoint, s3_bucket.name, "c", read_timeout="7")
+    await a.put("x", b"1")
+    await b.put("x", b"2")
+    await other.put("x", b"3")
+    assert a._client is b._client and a._client is not other._client
+    sessions = _sessions(a._client)
+    assert sessions
+    await a.aclose()
+    assert not any(s.closed for s in sessions)  # b still uses it
+    assert await b.get("x") == b"2"
+    await b.aclose()
+    assert all(s.closed for s in sessions)
+    assert await other.get("x") == b"3"
+    await other.aclose()

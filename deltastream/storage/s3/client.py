@@ -3,12 +3,21 @@
 :func:`open_client` creates an S3 or SQS client from :class:`S3Options` (credentials left
 unset fall back to the standard AWS chain). botocore's own retries are switched off: the
 store retries its requests itself. Every client shares one botocore data loader.
+
+:func:`shared_client` hands the stores of one event loop that have the same options one
+client (reference-counted, closed with its last store): a process following a thousand
+tables in one bucket holds one client and one connection pool, not a thousand (each costs
+about a megabyte and a thread of its own for DNS and credentials).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import weakref
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -95,3 +104,51 @@ async def open_client(opts: S3Options, service: str, stack: AsyncExitStack) -> A
             "credentials files (~/.aws/config, ~/.aws/credentials, or those AWS_CONFIG_FILE "
             "and AWS_SHARED_CREDENTIALS_FILE name)"
         ) from None
+
+
+@dataclass
+class _Shared:
+    client: Any
+    stack: AsyncExitStack
+    users: int = 0
+
+
+@dataclass
+class _Pool:
+    """The shared clients of one event loop, by service and options."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    clients: dict[tuple[str, S3Options], _Shared] = field(default_factory=dict)
+
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+
+
+async def shared_client(opts: S3Options, service: str) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    """The running event loop's client for ``service`` with ``opts``, created on first use,
+    and the function to call once the caller no longer uses it (the last one closes it)."""
+    pool = _pools.setdefault(asyncio.get_running_loop(), _Pool())
+    key = (service, opts)
+    async with pool.lock:
+        shared = pool.clients.get(key)
+        if shared is None:
+            stack = AsyncExitStack()
+            shared = _Shared(await open_client(opts, service, stack), stack)
+            pool.clients[key] = shared
+        shared.users += 1
+    released = False
+
+    async def release() -> None:
+        nonlocal released
+        if released:
+            return
+        released = True
+        async with pool.lock:
+            shared.users -= 1
+            if shared.users:
+                return
+            if pool.clients.get(key) is shared:
+                del pool.clients[key]
+        await shared.stack.aclose()
+
+    return shared.client, release

@@ -1,8 +1,9 @@
 """The S3 store's change feed, woken by an SQS queue of S3 event notifications.
 
-With the ``sqs_queue_url`` option, :meth:`S3Store.watch` offers a change feed: it long-polls
-an SQS queue that receives the bucket's ``s3:ObjectCreated:*`` event notifications (sent by
-S3 directly or through SNS) and wakes when a new object is directly in the watched directory.
+With the ``sqs_queue_url`` option, :meth:`S3Store.watch` offers a change feed: woken when the
+SQS queue receiving the bucket's ``s3:ObjectCreated:*`` event notifications (sent by S3
+directly or through SNS) reports a new object directly in the watched directory. One reader
+per queue long-polls it for all the feeds of an event loop (many tables, one queue).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
@@ -21,6 +23,7 @@ from deltastream.storage.base import SignalledChangeFeed
 from deltastream.storage.s3.client import SQS_WAIT_SECONDS
 
 if TYPE_CHECKING:
+    from deltastream.storage.s3.options import S3Options
     from deltastream.storage.s3.store import S3Store
 
 #: The logger of :mod:`deltastream.storage.s3` as a whole (its name predates the package).
@@ -69,10 +72,10 @@ def _created_objects(body: str) -> list[tuple[str, str]] | str:
 class SqsChangeFeed(SignalledChangeFeed):
     """Wakes when the store's SQS queue reports an object created directly in one directory.
 
-    A background task long-polls the queue from the moment the feed opens until it closes
-    (a cancelled :meth:`wait` cancels no request, so no received message is lost) and
-    deletes every message it receives. Errors are retried like every request of the store;
-    one that persists fails the feed.
+    Every feed of an event loop on one queue (and with the same store options) is served by
+    one :class:`_QueueReader`: a message goes to one receiver, so feeds reading a shared
+    queue each on their own would take each other's messages, and a thousand tables would
+    hold a thousand long polls.
     """
 
     def __init__(self, store: S3Store, directory: str, queue_url: str) -> None:
@@ -80,16 +83,19 @@ class SqsChangeFeed(SignalledChangeFeed):
         self._store = store
         self._queue_url = queue_url
         self._prefix = store._full_key(directory)
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"deltastream-watch:{self.uri}"
-        )
+        self._reader = _QueueReader.of(store, queue_url)
+        self._reader.subscribe(self)
+
+    @property
+    def _task(self) -> asyncio.Task[None]:
+        """The reader's receive loop (for tests)."""
+        assert self._reader.task is not None
+        return self._reader.task
 
     def _wakes(self, message: Mapping[str, Any]) -> bool:
         """Whether the message reports a new object directly in the watched directory."""
-        message_id = message.get("MessageId", "?")
         created = _created_objects(str(message.get("Body", "")))
         if isinstance(created, str):
-            log.debug("ignoring SQS message %s from %s: %s", message_id, self._queue_url, created)
             return False
         for bucket, key in created:
             name = key[len(self._prefix) :]
@@ -97,11 +103,73 @@ class SqsChangeFeed(SignalledChangeFeed):
             in_directory = key.startswith(self._prefix) and name and "/" not in name
             if bucket == self._store.bucket and in_directory:
                 return True
-        log.debug("SQS message %s: no new object in %s", message_id, self.uri)
         return False
 
-    async def _run(self) -> None:
-        queue = self._queue_url
+    async def aclose(self) -> None:
+        if not self.closed:
+            self._store._feeds.discard(self)
+            await self._reader.unsubscribe(self)
+        await super().aclose()
+
+
+class _QueueReader:
+    """Long-polls one SQS queue for every feed subscribed to it, from the first subscription
+    to the last (a cancelled :meth:`~SqsChangeFeed.wait` cancels no request, so no received
+    message is lost), wakes the feeds each message concerns, and deletes every message it
+    receives. Requests go through the store of the first feed (its client, its retries);
+    when that feed closes, the loop restarts on the next one's. An error that persists
+    through the retries fails every feed.
+    """
+
+    def __init__(self, key: tuple[str, S3Options]) -> None:
+        self.key = key
+        self.queue_url = key[0]
+        self.feeds: list[SqsChangeFeed] = []
+        self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(cls, store: S3Store, queue_url: str) -> _QueueReader:
+        readers = _readers.setdefault(asyncio.get_running_loop(), {})
+        key = (queue_url, store.options)
+        if key not in readers:
+            readers[key] = cls(key)
+        return readers[key]
+
+    def subscribe(self, feed: SqsChangeFeed) -> None:
+        self.feeds.append(feed)
+        if self.task is None or self.task.done():
+            self._start()
+
+    async def unsubscribe(self, feed: SqsChangeFeed) -> None:
+        if feed not in self.feeds:
+            return
+        lead = self.feeds[0] is feed
+        self.feeds.remove(feed)
+        if lead or not self.feeds:
+            await self._stop()
+            if self.feeds:
+                self._start()  # on the next feed's store: the closing one's client goes away
+        if not self.feeds:
+            readers = _readers.get(asyncio.get_running_loop(), {})
+            if readers.get(self.key) is self:
+                del readers[self.key]
+
+    def _start(self) -> None:
+        lead = self.feeds[0]
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(lead), name=f"deltastream-watch:{self.queue_url}"
+        )
+
+    async def _stop(self) -> None:
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([task])
+
+    async def _run(self, lead: SqsChangeFeed) -> None:
+        queue = self.queue_url
+        store = lead._store
 
         async def receive(client: Any) -> Any:
             return await client.receive_message(
@@ -110,37 +178,53 @@ class SqsChangeFeed(SignalledChangeFeed):
 
         try:
             while True:
-                response = await self._store._call(
-                    self.uri,
+                response = await store._call(
+                    lead.uri,
                     f"SQS ReceiveMessage from {queue}",
                     receive,
                     service="sqs",
                     operation="SQS ReceiveMessage",
                 )
                 messages: list[dict[str, Any]] = response.get("Messages") or []
-                # Every message is looked at (and logged) before waking the waiter.
-                if any([self._wakes(m) for m in messages]):
-                    self._signal()
+                for message in messages:
+                    self._dispatch(message)
                 if messages:
-                    await self._delete(messages)
+                    await self._delete(lead, messages)
         except StorageError as e:
-            log.debug("change feed for %s failed: %s", self.uri, e)
-            self._fail(e.problem, e)
-        except Exception as e:  # a bug: fail the feed rather than lose it in a dead task
-            log.exception("change feed for %s failed", self.uri)
-            self._fail(f"change feed failed: {type(e).__name__}: {e}", e)
+            log.debug("change feeds on %s failed: %s", queue, e)
+            self._fail_all(e.problem, e)
+        except Exception as e:  # a bug: fail the feeds rather than lose them in a dead task
+            log.exception("change feeds on %s failed", queue)
+            self._fail_all(f"change feed failed: {type(e).__name__}: {e}", e)
 
-    async def _delete(self, messages: list[dict[str, Any]]) -> None:
+    def _dispatch(self, message: Mapping[str, Any]) -> None:
+        """Wake the feeds a message concerns (every message is looked at and logged)."""
+        message_id = message.get("MessageId", "?")
+        problem = _created_objects(str(message.get("Body", "")))
+        if isinstance(problem, str):
+            log.debug("ignoring SQS message %s from %s: %s", message_id, self.queue_url, problem)
+            return
+        woken = [feed for feed in self.feeds if feed._wakes(message)]
+        for feed in woken:
+            feed._signal()
+        if not woken:
+            log.debug("SQS message %s: no new object in a watched directory", message_id)
+
+    def _fail_all(self, problem: str, cause: BaseException) -> None:
+        for feed in self.feeds:
+            feed._fail(problem, cause)
+
+    async def _delete(self, lead: SqsChangeFeed, messages: list[dict[str, Any]]) -> None:
         entries = [
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
         ]
 
         async def delete(client: Any) -> Any:
-            return await client.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
+            return await client.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
 
-        response = await self._store._call(
-            self.uri,
-            f"SQS DeleteMessageBatch on {self._queue_url}",
+        response = await lead._store._call(
+            lead.uri,
+            f"SQS DeleteMessageBatch on {self.queue_url}",
             delete,
             service="sqs",
             operation="SQS DeleteMessageBatch",
@@ -149,15 +233,13 @@ class SqsChangeFeed(SignalledChangeFeed):
             # Such a message comes back after its visibility timeout: one spurious wake-up.
             log.warning(
                 "could not delete a message from %s: %s: %s",
-                self._queue_url,
+                self.queue_url,
                 failed.get("Code"),
                 failed.get("Message"),
             )
 
-    async def aclose(self) -> None:
-        if not self.closed:
-            self._store._feeds.discard(self)
-            self._task.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait([self._task])
-        await super().aclose()
+
+#: The readers of each event loop, by queue URL and store options.
+_readers: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, S3Options], _QueueReader]
+] = weakref.WeakKeyDictionary()

@@ -36,7 +36,7 @@ from deltastream.storage.base import (
 )
 from deltastream.storage.paths import S3_SCHEMES, split_uri
 from deltastream.storage.ranged import open_remote_file
-from deltastream.storage.s3.client import open_client
+from deltastream.storage.s3.client import open_client, shared_client
 from deltastream.storage.s3.feed import SqsChangeFeed
 from deltastream.storage.s3.options import S3Options
 
@@ -116,7 +116,7 @@ class S3Store(ObjectStore):
         self.max_concurrency = self.options.max_concurrency
         self._client: Any = None
         self._sqs_client: Any = None
-        self._stack: AsyncExitStack | None = None
+        self._releases: list[Callable[[], Awaitable[None]]] = []
         self._client_lock = anyio.Lock()
         self._closed = False
         self._feeds: set[ChangeFeed] = set()
@@ -152,11 +152,18 @@ class S3Store(ObjectStore):
         return self._sqs_client
 
     async def _open_client(self, service: str) -> Any:
-        """A new client for ``service`` ("s3" or "sqs"), closed by :meth:`aclose`. The caller
-        holds the client lock."""
-        if self._stack is None:
-            self._stack = AsyncExitStack()
-        return await open_client(self.options, service, self._stack)
+        """The client for ``service`` ("s3" or "sqs"), shared with the other stores of this
+        event loop that have the same options, released by :meth:`aclose`. The caller holds
+        the client lock."""
+        if service == "sqs":
+            # Not shared: each feed long-polls on its own connections.
+            stack = AsyncExitStack()
+            client = await open_client(self.options, service, stack)
+            self._releases.append(stack.aclose)
+            return client
+        client, release = await shared_client(self.options, service)
+        self._releases.append(release)
+        return client
 
     async def watch(self, directory: str) -> ChangeFeed | None:
         """A feed woken by the ``sqs_queue_url`` queue's event notifications for objects
@@ -177,10 +184,10 @@ class S3Store(ObjectStore):
             await feed.aclose()
         async with self._client_lock:
             self._closed = True
-            stack, self._stack = self._stack, None
+            releases, self._releases = self._releases, []
             self._client = self._sqs_client = None
-        if stack is not None:
-            await stack.aclose()
+        for release in releases:
+            await release()
         await self._close_foreign()
 
     async def _call(

@@ -1,0 +1,388 @@
+#!/usr/bin/env python
+"""Benchmark: one ``deltastream serve`` process following many idle tables.
+
+A standalone script (not a pytest test)::
+
+    python tests/benchmarks/bench_many_tables.py [--tables 10,100,1000] [--store local,s3]
+        [--seconds S] [--poll-interval P] [--commits C] [--json]
+
+For each store and each number of tables N it:
+
+1. creates N small CDF tables (one table written by delta-rs, copied N times; on S3 the
+   files are uploaded to a moto server running in its own process);
+2. starts the real ``deltastream serve --config FILE`` (a subprocess, follow mode from the
+   latest version, a ``jsonl`` sink per table, 1 s polls, filesystem notifications on where
+   the store has them) and waits until ``/healthz`` reports every stream following;
+3. measures, over ``--seconds`` of idleness, the serve process's CPU (user + system time
+   from ``/proc/PID/stat``, as a percentage of one core), its RSS (``VmRSS``, and the peak
+   ``VmHWM``) and its thread count, and the polls per second (each one LIST; from
+   ``deltastream_poll_duration_seconds_count`` in ``/metrics``);
+4. measures commit-to-delivery latency: C times, a commit (a data file written first, then
+   the commit JSON renamed into place locally, or PUT on S3) to a random table, timed from
+   the moment the commit exists until the row appears in that table's sink file.
+
+Targets (README): 1,000 idle local tables under half a core with notifications on and under
+1 GiB RSS; latency unchanged from 10 to 1,000 tables. Prints a table, or JSON with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+CDF = {"delta.enableChangeDataFeed": "true"}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+S3_OPTIONS = {
+    "access_key_id": "testing",
+    "secret_access_key": "testing",
+    "region": "us-east-1",
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------ tables
+
+
+def template_table(root: Path) -> Path:
+    from deltalake import write_deltalake
+
+    path = root / "template"
+    write_deltalake(str(path), pa.table({"id": pa.array([0], pa.int64())}), configuration=CDF)
+    return path
+
+
+def commit_files(version: int, value: int) -> tuple[str, bytes, str, bytes]:
+    """A data file of one row and the commit adding it: (data key, data, commit key, commit)."""
+    import io
+
+    name = f"part-{uuid.uuid4()}.parquet"
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"id": pa.array([value], pa.int64())}), buf)
+    data = buf.getvalue()
+    add = {
+        "add": {
+            "path": name,
+            "partitionValues": {},
+            "size": len(data),
+            "modificationTime": int(time.time() * 1000),
+            "dataChange": True,
+            "stats": json.dumps({"numRecords": 1}),
+        }
+    }
+    info = {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "WRITE"}}
+    commit = (json.dumps(info) + "\n" + json.dumps(add) + "\n").encode()
+    return name, data, f"_delta_log/{version:020d}.json", commit
+
+
+class LocalTables:
+    label = "local"
+
+    def __init__(self, root: Path, n: int, template: Path) -> None:
+        self.root = root
+        self.uris = []
+        for i in range(n):
+            target = root / f"t{i}"
+            shutil.copytree(template, target)
+            self.uris.append(str(target))
+        self.versions = [0] * n
+
+    def options(self) -> dict[str, str]:
+        return {}
+
+    def commit(self, i: int, value: int) -> float:
+        """Commit to table ``i``; the time.monotonic() at which the commit exists."""
+        self.versions[i] += 1
+        key, data, log_key, commit = commit_files(self.versions[i], value)
+        table = Path(self.uris[i])
+        (table / key).write_bytes(data)
+        temp = table / "_delta_log" / f".{uuid.uuid4()}.tmp"
+        temp.write_bytes(commit)
+        os.rename(temp, table / log_key)
+        return time.monotonic()
+
+
+class S3Tables:
+    label = "s3"
+
+    def __init__(self, stack: contextlib.ExitStack, n: int, template: Path) -> None:
+        import boto3
+
+        port = free_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        stack.callback(process.wait)
+        stack.callback(process.terminate)
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("moto server did not start")
+            time.sleep(0.1)
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        self.client.create_bucket(Bucket="many")
+        files = [
+            (str(p.relative_to(template)), p.read_bytes())
+            for p in sorted(template.rglob("*"))
+            if p.is_file()
+        ]
+        self.uris = []
+        for i in range(n):
+            for key, data in files:
+                self.client.put_object(Bucket="many", Key=f"t{i}/{key}", Body=data)
+            self.uris.append(f"s3://many/t{i}")
+        self.versions = [0] * n
+
+    def options(self) -> dict[str, str]:
+        return {"endpoint_url": self.endpoint, **S3_OPTIONS}
+
+    def commit(self, i: int, value: int) -> float:
+        self.versions[i] += 1
+        key, data, log_key, commit = commit_files(self.versions[i], value)
+        self.client.put_object(Bucket="many", Key=f"t{i}/{key}", Body=data)
+        self.client.put_object(Bucket="many", Key=f"t{i}/{log_key}", Body=commit)
+        return time.monotonic()
+
+
+# ------------------------------------------------------------------------------ serve
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    return json.dumps(v)
+
+
+def write_config(work: Path, tables: Any, port: int, poll: float) -> Path:
+    lines = [
+        "[server]",
+        f'http = "127.0.0.1:{port}"',
+        "log_summary_interval = 0",
+        'log_level = "warning"',
+        "",
+        "[defaults]",
+        f'state_dir = "{work / "state"}"',
+        f"poll_interval = {poll}",
+        'mode = "follow"',
+        'from = "latest"',
+    ]
+    options = tables.options()
+    if options:
+        lines.append(f"storage_options = {toml_value(options)}")
+    for i, uri in enumerate(tables.uris):
+        lines += [
+            "",
+            "[[tables]]",
+            f'name = "t{i}"',
+            f'uri = "{uri}"',
+            f'sink = "jsonl:{work / "out" / f"t{i}.jsonl"}"',
+        ]
+    (work / "out").mkdir(parents=True, exist_ok=True)
+    path = work / "serve.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError:
+        return 0, b""
+
+
+def following(port: int) -> int:
+    _, body = get(f"http://127.0.0.1:{port}/metrics")
+    return sum(
+        1
+        for line in body.decode().splitlines()
+        if line.startswith("deltastream_stream_state{")
+        and 'state="following"' in line
+        and float(line.split()[-1]) == 1
+    )
+
+
+def metric_sum(port: int, name: str) -> float:
+    _, body = get(f"http://127.0.0.1:{port}/metrics")
+    total = 0.0
+    for line in body.decode().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.split()[-1])
+    return total
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "Threads"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+@contextlib.contextmanager
+def serve(config: Path, work: Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(work / "serve.log", "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "deltastream", "serve", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        try:
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def measure(tables: Any, n: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    port = free_port()
+    config = write_config(work, tables, port, args.poll_interval)
+    with serve(config, work) as process:
+        deadline = time.monotonic() + 120 + n * 0.2
+        while following(port) < n:
+            if process.poll() is not None:
+                raise SystemExit(f"serve exited: see {work / 'serve.log'}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"only {following(port)} of {n} streams following")
+            time.sleep(0.5)
+        time.sleep(max(3.0, 2 * args.poll_interval))  # start-up work settles
+        lists0 = metric_sum(port, "deltastream_poll_duration_seconds_count")
+        cpu0, t0 = proc_cpu_seconds(process.pid), time.monotonic()
+        time.sleep(args.seconds)
+        cpu1, t1 = proc_cpu_seconds(process.pid), time.monotonic()
+        lists1 = metric_sum(port, "deltastream_poll_duration_seconds_count")
+        status = proc_status(process.pid)
+        latencies = []
+        rng = random.Random(n)
+        for c in range(args.commits):
+            i = rng.randrange(n)
+            sink = work / "out" / f"t{i}.jsonl"
+            size = sink.stat().st_size if sink.exists() else 0
+            committed = tables.commit(i, 1_000 + c)
+            limit = committed + 30
+            while not sink.exists() or sink.stat().st_size == size:
+                if time.monotonic() > limit:
+                    raise SystemExit(f"no delivery to t{i} within 30 s")
+                time.sleep(0.001)
+            latencies.append(time.monotonic() - committed)
+            time.sleep(rng.uniform(0.05, 0.3))  # not in step with the polls
+    return {
+        "store": tables.label,
+        "tables": n,
+        "cpu_percent": round((cpu1 - cpu0) / (t1 - t0) * 100, 2),
+        "rss_mib": round(status["VmRSS"] / 1024, 1),
+        "peak_rss_mib": round(status["VmHWM"] / 1024, 1),
+        "threads": status["Threads"],
+        "polls_per_second": round((lists1 - lists0) / (t1 - t0), 1),
+        "latency_median_s": round(statistics.median(latencies), 3),
+        "latency_max_s": round(max(latencies), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tables", default="10,100,1000")
+    parser.add_argument("--store", default="local,s3")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--poll-interval", type=float, default=1.0)
+    parser.add_argument("--commits", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    counts = [int(x) for x in args.tables.split(",")]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        template = template_table(Path(tmp))
+        for store in args.store.split(","):
+            for n in counts:
+                work = Path(tmp) / f"{store}-{n}"
+                work.mkdir()
+                log(f"{store}: {n} tables...")
+                with contextlib.ExitStack() as stack:
+                    if store == "local":
+                        tables: Any = LocalTables(work / "tables", n, template)
+                    else:
+                        tables = S3Tables(stack, n, template)
+                    result = measure(tables, n, work, args)
+                log(f"  {result}")
+                results.append(result)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(
+        f"deltastream serve, idle tables, {args.poll_interval:g} s polls, notifications on "
+        f"(local: inotify; S3: none without SQS), {args.seconds:g} s idle, "
+        f"{args.commits} commits for latency"
+    )
+    print(f"command: python {' '.join(sys.argv)}")
+    header = "store  tables  CPU % core  RSS MiB  peak MiB  threads    polls/s  latency median  max"
+    print(header)
+    for r in results:
+        print(
+            f"{r['store']:<6} {r['tables']:>6}  {r['cpu_percent']:>10.1f}  {r['rss_mib']:>7.1f}  "
+            f"{r['peak_rss_mib']:>8.1f}  {r['threads']:>7}  {r['polls_per_second']:>10.1f}  "
+            f"{r['latency_median_s']:>12.3f} s  {r['latency_max_s']:.3f} s"
+        )
+    local_1000 = [r for r in results if r["store"] == "local" and r["tables"] == 1000]
+    for r in local_1000:
+        ok = r["cpu_percent"] < 50 and r["rss_mib"] < 1024
+        print(
+            f"target: 1,000 idle local tables < 50% of a core and < 1 GiB: "
+            f"{r['cpu_percent']:.1f}%, {r['rss_mib']:.0f} MiB  {'PASS' if ok else 'FAIL'}"
+        )
+
+
+if __name__ == "__main__":
+    main()
