@@ -11,6 +11,7 @@ queued faults and ``Connection: close`` on every answer (:func:`new_proxy`).
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import logging
 import re
@@ -551,10 +552,19 @@ def proxied(
     return get
 
 
+_fresh = itertools.count(1)
+
+
 @pytest.fixture
 def fresh_store(fault_proxy: FaultProxy, retry_bucket: str) -> Callable[[], S3Store]:
-    """A new store behind the proxy per call; the test closes it."""
-    return lambda: make_store(fault_proxy.url, retry_bucket, **FAST_RETRIES)
+    """A new store behind the proxy per call, with a client of its own (stores with equal
+    options share one, so each gets a read timeout of its own); the test closes it."""
+    return lambda: make_store(
+        fault_proxy.url,
+        retry_bucket,
+        read_timeout=f"{60 + next(_fresh) / 1000:.3f}",
+        **FAST_RETRIES,
+    )
 
 
 Op = Callable[[S3Store], Awaitable[object]]
@@ -1316,8 +1326,10 @@ async def test_stores_with_the_same_options_share_one_client(
 ) -> None:
     """A thousand tables in one bucket hold one client (and connection pool), not a
     thousand; it closes with the last store using it."""
-    a = make_store(s3_server.endpoint, s3_bucket.name, "a")
-    b = make_store(s3_server.endpoint, s3_bucket.name, "b")
+    # Options no other test's store has, so that no store outside this test shares them.
+    timeout = f"{60 + next(_fresh) / 1000:.3f}"
+    a = make_store(s3_server.endpoint, s3_bucket.name, "a", read_timeout=timeout)
+    b = make_store(s3_server.endpoint, s3_bucket.name, "b", read_timeout=timeout)
     other = make_store(s3_server.endpoint, s3_bucket.name, "c", read_timeout="7")
     await a.put("x", b"1")
     await b.put("x", b"2")
