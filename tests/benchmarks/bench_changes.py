@@ -390,6 +390,19 @@ def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: 
             )
 
         version = deltalake.__version__
+    elif reader == "delta-kernel-rs":
+        # The reference where delta-rs cannot read (deletion vectors): kernel-rs's
+        # table_changes through its Python wrapper (bench_changes_dv.py).
+        import delta_kernel_rust_sharing_wrapper as kernel
+
+        def open_reader() -> pa.RecordBatchReader:
+            uri = Path(table).resolve().as_uri() + "/"
+            engine = kernel.PythonInterface(uri)
+            scan = kernel.TableChangesScanBuilder(kernel.Table(uri), engine, 0, end).build()
+            result: pa.RecordBatchReader = scan.execute(engine)
+            return result
+
+        version = "delta-kernel-rust-sharing-wrapper"
     else:
         raise SystemExit(f"unknown reader {reader!r}")
 

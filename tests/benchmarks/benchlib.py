@@ -33,6 +33,9 @@ from typing import Any
 
 MARKER = "_bench_shape.json"  # outside _delta_log: neither reader looks at it
 READERS = ("deltastream", "delta-rs")
+#: What a worker subprocess may read with: kernel-rs is the reference where delta-rs cannot
+#: read (deletion vectors, bench_changes_dv.py).
+WORKER_READERS = (*READERS, "delta-kernel-rs")
 
 
 def log(msg: str) -> None:
@@ -250,7 +253,7 @@ def add_common_options(
     )
     parser.add_argument("--profile-top", type=int, default=30)
     # worker mode (internal)
-    parser.add_argument("--worker", choices=READERS, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=WORKER_READERS, help=argparse.SUPPRESS)
     parser.add_argument("--table", help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", help=argparse.SUPPRESS)
 
