@@ -4,6 +4,7 @@ deletion vector, streamed as record batches of the table's logical schema."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -28,8 +29,10 @@ from deltastream.snapshot.snapshot import Snapshot
 from deltastream.storage.base import ObjectStore
 
 __all__ = [
+    "SnapshotScan",
     "data_columns",
     "live_file_reads",
+    "plan_snapshot_scan",
     "scan_snapshot",
     "snapshot_read_schema",
     "table_read_schema",
@@ -72,14 +75,22 @@ def table_read_schema(
     )
 
 
-def scan_snapshot(
-    store: ObjectStore,
-    snapshot: Snapshot,
-    *,
-    columns: Sequence[str] | None = None,
-    where: str | None = None,
-) -> BatchStream:
-    """The rows of ``snapshot`` (optionally only ``columns``, only rows matching ``where``)."""
+@dataclass(frozen=True)
+class SnapshotScan:
+    """What reading a snapshot's rows reads: how each file is read (``read_schema``, with
+    the predicate's exact row filter) and which live files (``files``: the snapshot's, but
+    those whose partition values or statistics cannot match the predicate)."""
+
+    read_schema: ReadSchema
+    files: pa.Table
+
+
+def plan_snapshot_scan(
+    snapshot: Snapshot, columns: Sequence[str] | None = None, where: str | None = None
+) -> SnapshotScan:
+    """The scan of ``snapshot``'s rows (``columns``: default every data column; ``where``:
+    only rows matching it). Unknown columns and predicates that do not parse fail here.
+    Every reader of a snapshot's rows plans with this: the Python API and Spark."""
     schema = table_schema(snapshot.metadata)
     predicate = parse_predicate(where, schema) if where else None
     read_schema = snapshot_read_schema(snapshot, columns, predicate)
@@ -88,9 +99,22 @@ def scan_snapshot(
         files = files.filter(
             may_match(predicate, files, schema, read_schema.partition_columns, read_schema.mode)
         )
+    return SnapshotScan(read_schema, files)
+
+
+def scan_snapshot(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    *,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
+) -> BatchStream:
+    """The rows of ``snapshot`` (optionally only ``columns``, only rows matching ``where``)."""
+    scan = plan_snapshot_scan(snapshot, columns, where)
+    read_schema = scan.read_schema
 
     async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
-        async for read in live_file_reads(store, files, snapshot.version):
+        async for read in live_file_reads(store, scan.files, snapshot.version):
             yield read, read_schema
 
     return BatchStream(read_schema.output_schema, read_files(store, tasks()))

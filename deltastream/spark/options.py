@@ -139,7 +139,8 @@ class SourceOptions:
     skip_change_commits: bool = False
     fail_on_data_loss: bool = True
     exclude_regex: re.Pattern[str] | None = None
-    #: Change feed reads: only the change rows matching this predicate (``where``).
+    #: Only the rows (of the table, or of the change feed) matching this predicate
+    #: (``where``); files that cannot match are not read.
     where: str | None = None
     #: The data columns to read (``columns``, comma-separated; None: all of them).
     columns: tuple[str, ...] | None = None
@@ -194,11 +195,6 @@ class SourceOptions:
             raise InvalidArgumentError("give versionAsOf or timestampAsOf, not both")
         where = lowered.get("where") or None
         read_change_feed = _bool("readChangeFeed", lowered.get("readchangefeed"), False)
-        if where is not None and not read_change_feed:
-            raise InvalidArgumentError(
-                "option where filters the change data feed (readChangeFeed=true); filter "
-                "table reads with DataFrame.filter"
-            )
         exclude = lowered.get("excluderegex")
         try:
             pattern = re.compile(exclude) if exclude else None

@@ -26,7 +26,7 @@ from deltastream.changes.planner import ChangeSchemas
 from deltastream.errors import InvalidArgumentError
 from deltastream.read.live_files import check_live_files
 from deltastream.read.reader import ReadSchema
-from deltastream.read.scan import snapshot_read_schema, table_read_schema
+from deltastream.read.scan import SnapshotScan, plan_snapshot_scan, table_read_schema
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.spark.options import SourceOptions
@@ -142,19 +142,21 @@ async def _partitions(source: SourceOptions) -> list[FilePartition]:
                     )
             return partitions
         snapshot = await _load(store, source)
-        schema = snapshot_read_schema(snapshot, source.columns)
-        check_live_files(store, snapshot.version, snapshot.files)
-        return list(_snapshot_partitions(uri, options, snapshot, schema, source))
+        # Files that cannot hold a row matching the where option are not read at all.
+        scan = plan_snapshot_scan(snapshot, source.columns, source.where)
+        check_live_files(store, snapshot.version, scan.files)
+        return list(_snapshot_partitions(uri, options, snapshot, scan, source))
 
 
 def _snapshot_partitions(
     uri: str,
     options: dict[str, str],
     snapshot: Snapshot,
-    schema: ReadSchema,
+    scan: SnapshotScan,
     source: SourceOptions,
 ) -> Iterator[FilePartition]:
-    wanted = snapshot.files.select(["path", "partitionValues", "size", "deletionVector"])
+    schema = scan.read_schema
+    wanted = scan.files.select(["path", "partitionValues", "size", "deletionVector"])
     for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
         yield from add_partitions(
             chunk.to_pylist(maps_as_pydicts="strict"),

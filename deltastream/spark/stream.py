@@ -56,6 +56,7 @@ from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.read.confinement import refuse_outside_actions
 from deltastream.read.live_files import check_live_files
+from deltastream.read.predicates import parse_predicate
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.read.scan import table_read_schema
 from deltastream.schema.evolution import schema_problem
@@ -283,10 +284,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.source.read_change_feed
             else None
         )
+        where = self.source.where
         schema = (
             changes.inferred
             if changes
-            else table_read_schema(protocol, metadata, self.source.columns)
+            else table_read_schema(
+                protocol,
+                metadata,
+                self.source.columns,
+                parse_predicate(where, table_schema(metadata)) if where else None,
+            )
         )
         return _Plan(
             store.root_uri, metadata.id, protocol, metadata, schema, changes, segment.version

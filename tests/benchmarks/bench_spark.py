@@ -7,7 +7,19 @@ row with both readers, alternating their order, into Spark's ``noop`` sink
 (``df.write.format("noop")``: everything is read and converted, nothing written); the
 figures are medians over ``--repeat`` rounds, after one untimed warm-up of each.
 
-Run: ``python tests/benchmarks/bench_spark.py --dir /tmp/bench-spark-table``
+With ``--pushdown``, a second table instead: ``--rows`` rows in ``--files`` files partitioned
+by ``part`` (10 values), ``id`` sorted across files (each file holds one range of ids), and
+two selective queries, a partition filter (``part = 3``) and a range filter on the sorted
+column (``id < rows / files``), each read three ways: the deltastream source with the
+``where`` option (its file skipping by partition values and statistics, then an exact row
+filter), the deltastream source with ``DataFrame.filter`` (Spark filters after reading
+everything: pyspark 4.3 reuses a pushed-down Python reader across queries, so the source
+does not accept pushed filters; see README), and ``spark.read.parquet`` on the same files
+with its own partition pruning and row-group skipping. Reported: files read (deltastream:
+the files it plans; parquet: ``inputFiles()`` after partition pruning, before row-group
+skipping) and time.
+
+Run: ``python tests/benchmarks/bench_spark.py --dir /tmp/bench-spark-table [--pushdown]``
 """
 
 from __future__ import annotations
@@ -25,23 +37,95 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def build(table: Path, rows: int, files: int) -> None:
+def build(table: Path, rows: int, files: int, *, partitioned: bool = False) -> None:
+    """``rows`` rows in ``files`` appends, ``id`` ascending across files; ``partitioned``:
+    partitioned by ``part`` (file i in partition i % 10) instead of a ``country`` column."""
     from deltalake import write_deltalake
 
     per_file = rows // files
     for i in range(files):
         start = i * per_file
         ids = pa.array(range(start, start + per_file), pa.int64())
-        data = pa.table(
-            {
-                "id": ids,
-                "amount": pc.multiply(ids.cast(pa.float64()), 0.5),
-                "country": pa.array(["NL", "FR", "JP", "BR"] * (per_file // 4)),
-                "qty": pc.cast(pc.bit_wise_and(ids, 1023), pa.int32()),
-                "ts": pc.cast(ids, pa.timestamp("us", tz="UTC")),
-            }
+        columns = {
+            "id": ids,
+            "amount": pc.multiply(ids.cast(pa.float64()), 0.5),
+            "qty": pc.cast(pc.bit_wise_and(ids, 1023), pa.int32()),
+            "ts": pc.cast(ids, pa.timestamp("us", tz="UTC")),
+        }
+        if partitioned:
+            columns["part"] = pa.array([i % 10] * per_file, pa.int32())
+        else:
+            columns["country"] = pa.array(["NL", "FR", "JP", "BR"] * (per_file // 4))
+        write_deltalake(
+            str(table),
+            pa.table(columns),
+            mode="append",
+            partition_by=["part"] if partitioned else None,
         )
-        write_deltalake(str(table), data, mode="append")
+
+
+def pushdown(spark, table: Path, rows: int, files: int, repeat: int) -> None:  # type: ignore[no-untyped-def]
+    import anyio
+
+    from deltastream.spark.options import SourceOptions
+    from deltastream.spark.source import _partitions
+
+    queries = {"partition filter": "part = 3", "range filter": f"id < {rows // files}"}
+    report = []
+    for label, where in queries.items():
+
+        def with_where(where: str = where):  # type: ignore[no-untyped-def]
+            return spark.read.format("deltastream").option("where", where).load(str(table))
+
+        def with_filter(where: str = where):  # type: ignore[no-untyped-def]
+            return spark.read.format("deltastream").load(str(table)).filter(where)
+
+        def parquet(where: str = where):  # type: ignore[no-untyped-def]
+            return spark.read.parquet(str(table)).filter(where)
+
+        readers = {
+            "deltastream where": with_where,
+            "deltastream + filter": with_filter,
+            "spark.read.parquet": parquet,
+        }
+        counts = {name: make().count() for name, make in readers.items()}
+        assert len(set(counts.values())) == 1, counts
+        planned = len(
+            anyio.run(_partitions, SourceOptions.parse({"path": str(table), "where": where}))
+        )
+        files_read = {
+            "deltastream where": planned,
+            "deltastream + filter": files,
+            "spark.read.parquet": len(parquet().inputFiles()),
+        }
+
+        def timed(make) -> float:  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            make().write.format("noop").mode("overwrite").save()
+            return time.perf_counter() - started
+
+        for make in readers.values():
+            timed(make)
+        times: dict[str, list[float]] = {name: [] for name in readers}
+        for i in range(repeat):
+            order = list(readers) if i % 2 == 0 else list(reversed(readers))
+            for name in order:
+                times[name].append(timed(readers[name]))
+        report.append((label, where, counts["deltastream where"], files_read, times))
+    print(f"command: python {' '.join(sys.argv)}")
+    print(
+        f"table: {rows:,} rows in {files} files partitioned by part (10 values), id sorted "
+        f"across files; Spark local[2]; medians of {repeat} rounds"
+    )
+    for label, where, n, files_read, times in report:
+        print(f"  {label} ({where}): {n:,} rows")
+        base = statistics.median(times["spark.read.parquet"])
+        for name, values in times.items():
+            median = statistics.median(values)
+            print(
+                f"    {name:<22} files read {files_read[name]:>3}   {median:7.3f} s   "
+                f"{median / base:5.2f}x parquet's time"
+            )
 
 
 def main() -> None:
@@ -50,12 +134,13 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, help="where the table is kept (reused if present)")
+    parser.add_argument("--pushdown", action="store_true", help="the selective-filter queries")
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench-spark-"))
-    table = base / "table"
+    table = base / ("partitioned" if args.pushdown else "table")
     if not (table / "_delta_log").exists():
         print(f"writing {args.rows:,} rows in {args.files} files to {table} ...", file=sys.stderr)
-        build(table, args.rows, args.files)
+        build(table, args.rows, args.files, partitioned=args.pushdown)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -74,6 +159,10 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     deltastream.spark.register(spark)
+    if args.pushdown:
+        pushdown(spark, table, args.rows, args.files, args.repeat)
+        spark.stop()
+        return
 
     def deltastream_df():  # type: ignore[no-untyped-def]
         return spark.read.format("deltastream").load(str(table))

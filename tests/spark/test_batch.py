@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pyarrow as pa
 import pytest
 from conftest import CORPORA
@@ -135,8 +136,7 @@ def write_history(uri: str) -> None:
 
 
 def test_change_feed_where_equals_deltastream_changes(spark: Any, tmp_path: Path) -> None:
-    """The ``where`` option of change ranges: the rows ``read_changes(where=...)`` gives;
-    a table read refuses it (DataFrame.filter is the way there)."""
+    """The ``where`` option of change ranges: the rows ``read_changes(where=...)`` gives."""
     uri = str(tmp_path / "t")
     write_history(uri)
     where = "_change_type <> 'update_preimage' AND id < 11 AND _commit_version >= 1"
@@ -150,8 +150,26 @@ def test_change_feed_where_equals_deltastream_changes(spark: Any, tmp_path: Path
     expected = ds.read_changes(uri, start_version=0, where=where).read_all()
     assert expected.num_rows > 0
     assert rows(spark_rows(df)) == rows(expected)
-    with pytest.raises(ds.InvalidArgumentError, match="filters the change data feed"):
-        SourceOptions.parse({"path": uri, "where": "id = 1"})
+
+
+def test_table_read_where_skips_files_and_filters_rows(spark: Any, tmp_path: Path) -> None:
+    """The ``where`` option of table reads: exactly the rows ``read_rows(where=...)`` gives,
+    and only the files whose partition values or statistics may match are planned (a
+    filter Spark could push down, given without Spark's pushdown)."""
+    from deltastream.spark.source import _partitions
+
+    uri = str(tmp_path / "t")
+    for part in range(4):
+        data = pa.table({"id": list(range(part * 100, part * 100 + 100)), "part": [part] * 100})
+        write_deltalake(uri, data, mode="append", partition_by=["part"])
+    for where, files in (("part = 2", 1), ("id >= 250", 2), ("id >= 250 AND part = 3", 1)):
+        df = spark.read.format("deltastream").option("where", where).load(uri)
+        expected = ds.read_rows(uri, where=where).read_all()
+        assert expected.num_rows > 0
+        assert rows(spark_rows(df)) == rows(expected), where
+        planned = anyio.run(_partitions, SourceOptions.parse({"path": uri, "where": where}))
+        assert len(planned) == files, where
+    assert len(anyio.run(_partitions, SourceOptions.parse({"path": uri}))) == 4
 
 
 def test_change_feed_batch_read_equals_deltastream_changes(spark: Any, tmp_path: Path) -> None:

@@ -285,6 +285,16 @@ def test_a_change_stream_with_where(tmp_path: Path) -> None:
     assert read_all(reader) == sorted(expected.column("id").to_pylist())
 
 
+def test_a_table_stream_with_where(tmp_path: Path) -> None:
+    """A table stream (not the change feed) with ``where``: the snapshot and every later
+    append give only the rows matching it."""
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(10)))
+    write_deltalake(uri, batch(range(10, 20)), mode="append")
+    reader = StreamReader(SourceOptions.parse({"path": uri, "where": "id >= 5 AND id < 15"}))
+    assert read_all(reader) == list(range(5, 15))
+
+
 def test_a_schema_change_stops_the_stream(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     write_deltalake(uri, batch(range(3)))
