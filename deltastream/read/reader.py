@@ -508,15 +508,21 @@ class _FileQueue:
         self._items: asyncio.Queue[object] = asyncio.Queue()
         self.closed = False
 
-    def put(self, item: object) -> bool:
-        """From the worker; blocks while the queue is full. ``False`` once the reader left."""
+    def put(self, item: object, *, last: bool = False) -> bool:
+        """From the worker; blocks while the queue is full. ``False`` once the reader left.
+        ``last``: the file's last batch, posted with its end in one call to the loop (most
+        files are one batch: this halves the loop's wake-ups)."""
         while not self._slots.acquire(timeout=0.5):
             if self.closed:
                 return False
         if self.closed:
             return False
-        self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+        self._loop.call_soon_threadsafe(self._put_last if last else self._items.put_nowait, item)
         return True
+
+    def _put_last(self, item: object) -> None:
+        self._items.put_nowait(item)
+        self._items.put_nowait(_END)
 
     def finish(self, error: BaseException | _Missing | None = None) -> None:
         """From the worker: no more batches (``error`` if the file could not be read)."""
@@ -560,13 +566,20 @@ def _decode(
             queue.finish(e)
             return
     try:
+        # Each batch is held until the next exists, so the last goes with the file's end.
+        held: pa.RecordBatch | None = None
         for batch in _FileReader(source, handle, task, schema).batches():
-            if not queue.put(batch):
+            if held is not None and not queue.put(held):
                 return
+            held = batch
     except BaseException as e:  # handed over, raised by the reader
-        queue.finish(e)
+        if held is None or queue.put(held):
+            queue.finish(e)
     else:
-        queue.finish()
+        if held is None:
+            queue.finish()
+        else:
+            queue.put(held, last=True)
     finally:
         handle.close()
 
