@@ -342,7 +342,7 @@ class TailConfig:
             CliForm.PAIRS,
             metavar="KEY=VALUE",
         ),
-    ] = field(default_factory=dict)
+    ] = field(default_factory=dict, repr=False)  # may hold keys and tokens: never in reprs
     #: Options for the state directory's store (default: ``storage_options`` if both are in
     #: object stores of one kind).
     state_storage_options: Annotated[
@@ -355,7 +355,7 @@ class TailConfig:
             CliForm.PAIRS,
             metavar="KEY=VALUE",
         ),
-    ] = None
+    ] = field(default=None, repr=False)
     columns: Annotated[
         Sequence[str] | None,
         BeforeValidator(_tuple),

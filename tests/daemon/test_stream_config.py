@@ -271,3 +271,21 @@ def test_replace_checks_too() -> None:
         dataclasses.replace(config, poll_interval=math.nan)
     with pytest.raises(InvalidArgumentError, match="'name' may only hold letters"):
         dataclasses.replace(config, name="a b")
+
+
+def test_secrets_in_options_never_show_in_reprs() -> None:
+    """Storage options carry keys and tokens (and http headers bearer tokens): a config's
+    repr (in a log line, a traceback, a debugger) shows none of them."""
+    config = TailConfig(
+        name="orders",
+        uri="s3://lake/orders",
+        state="s3://lake/state",
+        storage_options={"secret_access_key": "S3CRET-TABLE"},
+        state_storage_options={"secret_access_key": "S3CRET-STATE"},
+        http_headers={"Authorization": "Bearer T0KEN"},
+    )
+    shown = repr(config) + str(config)
+    for secret in ("S3CRET-TABLE", "S3CRET-STATE", "T0KEN"):
+        assert secret not in shown
+    assert "orders" in shown
+    assert config.storage_options == {"secret_access_key": "S3CRET-TABLE"}  # still there
