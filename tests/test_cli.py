@@ -313,3 +313,24 @@ def test_a_closed_stdout_after_some_output_ends_quietly(tmp_path: Path) -> None:
     )
     assert json.loads(done.stdout) == {"id": 0}
     assert done.stderr == "status=141\n"
+
+
+def test_tail_into_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
+    """``deltastream tail T --sink jsonl:- | head``: status 141 and no error logged (the
+    reader going away is how such a run ends, not a failure)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    table = tmp_path / "t"
+    write_deltalake(str(table), pa.table({"id": pa.array(range(200_000), pa.int64())}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deltastream", "tail", str(table), "--sink", "jsonl:-",
+         "--state", str(tmp_path / "s"), "--mode", "snapshot"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, stderr
+    assert "ERROR" not in stderr and "error" not in stderr.lower(), stderr

@@ -44,6 +44,7 @@ from deltastream.daemon.tailer import Progress, TailConfig, Tailer
 from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,
+    OutputClosedError,
     is_transient,
 )
 from deltastream.storage.retry import backoff_delay
@@ -238,7 +239,10 @@ class Service:
                     metrics.record_error(str(e))
                     metrics.errors += 1
                     self.failures[name] = e
-                    log.error(
+                    # A closed standard output (``tail … | head``) is how such a run ends.
+                    level = logging.INFO if isinstance(e, OutputClosedError) else logging.ERROR
+                    log.log(
+                        level,
                         "%s: stream stopped: %s",
                         name,
                         e,
