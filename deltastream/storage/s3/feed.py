@@ -92,11 +92,9 @@ class SqsChangeFeed(SignalledChangeFeed):
         assert self._reader.task is not None
         return self._reader.task
 
-    def _wakes(self, message: Mapping[str, Any]) -> bool:
-        """Whether the message reports a new object directly in the watched directory."""
-        created = _created_objects(str(message.get("Body", "")))
-        if isinstance(created, str):
-            return False
+    def _wakes(self, created: list[tuple[str, str]]) -> bool:
+        """Whether any of the ``(bucket, key)`` a message reports created is an object
+        directly in the watched directory."""
         for bucket, key in created:
             name = key[len(self._prefix) :]
             # An empty name is the directory's own marker object, not an object in it.
@@ -200,11 +198,11 @@ class _QueueReader:
     def _dispatch(self, message: Mapping[str, Any]) -> None:
         """Wake the feeds a message concerns (every message is looked at and logged)."""
         message_id = message.get("MessageId", "?")
-        problem = _created_objects(str(message.get("Body", "")))
-        if isinstance(problem, str):
-            log.debug("ignoring SQS message %s from %s: %s", message_id, self.queue_url, problem)
+        created = _created_objects(str(message.get("Body", "")))  # parsed once, for all feeds
+        if isinstance(created, str):
+            log.debug("ignoring SQS message %s from %s: %s", message_id, self.queue_url, created)
             return
-        woken = [feed for feed in self.feeds if feed._wakes(message)]
+        woken = [feed for feed in self.feeds if feed._wakes(created)]
         for feed in woken:
             feed._signal()
         if not woken:
