@@ -35,7 +35,8 @@ from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import LogFile
 from deltastream.read.batch_stream import BatchStream
-from deltastream.read.reader import FileRead, ReadSchema, read_files
+from deltastream.read.pipeline import read_files
+from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.snapshot.loader import (
     load_table_state,
     read_log_files,

@@ -24,7 +24,8 @@ from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.state import StateStore, StreamState
 from deltastream.daemon.stream_config import OnMissingFile, TailConfig
 from deltastream.errors import DataFileError, DataFileNotFoundError, DeltaStreamError
-from deltastream.read.reader import FileRead, ReadSchema, read_file_batches
+from deltastream.read.pipeline import read_file_batches
+from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.storage.base import ObjectStore
 
 __all__ = ["DeliveryPump", "RoundEnd", "Stopped"]

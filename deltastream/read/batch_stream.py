@@ -4,18 +4,19 @@
 Readers produce data lazily, a batch at a time, so a stream of any length holds a few
 batches in memory. :func:`to_record_batch_reader` runs the async producer on an event loop
 of its own in a background thread (:mod:`deltastream.storage.sync_bridge`), handing batches
-over through a small queue, so that it also works where the caller's thread runs a loop.
+over through a small handoff, so that it also works where the caller's thread runs a loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Self
 
-import anyio
-import anyio.to_thread
 import pyarrow as pa
 
 from deltastream.storage.base import AsyncClosable
@@ -23,8 +24,8 @@ from deltastream.storage.sync_bridge import start_loop_thread
 
 __all__ = ["BatchStream", "to_record_batch_reader"]
 
-#: Batches the background producer of a synchronous reader may run ahead.
-_AHEAD = 2
+#: Batches waiting for a synchronous reader (it may hold as many more, taken at once).
+_AHEAD = 3
 
 
 class BatchStream(AsyncIterator[pa.RecordBatch], AsyncClosable):
@@ -75,6 +76,66 @@ class BatchStream(AsyncIterator[pa.RecordBatch], AsyncClosable):
         return pa.Table.from_batches([b async for b in self], schema=self.schema)
 
 
+_Item = pa.RecordBatch | BaseException | None
+
+
+class _Handoff:
+    """Batches from a stream's event loop to the thread reading them synchronously.
+
+    At most ``limit`` batches wait; the reader takes all that wait at once, and a producer
+    finding no room waits on its loop until the reader wakes it. A batch costs no thread
+    switch beyond the reader's own wake-up (a worker-thread round trip per full queue made
+    the bridge cost as much as decoding on tables of many small files).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._cond = threading.Condition()
+        self._items: deque[_Item] = deque()
+        self._room: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self._stopped = False
+
+    async def put(self, item: _Item) -> bool:
+        """From the loop: hand ``item`` over, waiting for room (the end, ``None`` or an
+        error, never waits). ``False`` once the reader has stopped."""
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return False
+                if len(self._items) < self._limit or not isinstance(item, pa.RecordBatch):
+                    self._items.append(item)
+                    self._cond.notify()
+                    return True
+                room = asyncio.Event()
+                self._room = (asyncio.get_running_loop(), room)
+            await room.wait()
+
+    def take(self) -> list[_Item]:
+        """From the reader: everything waiting, once something is."""
+        with self._cond:
+            while not self._items:
+                self._cond.wait()
+            items = list(self._items)
+            self._items.clear()
+            room, self._room = self._room, None
+        _wake(room)
+        return items
+
+    def stop(self) -> None:
+        """From the reader: it reads no more; the producer's next ``put`` says so."""
+        with self._cond:
+            self._stopped = True
+            room, self._room = self._room, None
+        _wake(room)
+
+
+def _wake(room: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None) -> None:
+    if room is not None:
+        loop, event = room
+        with contextlib.suppress(RuntimeError):  # the loop has finished
+            loop.call_soon_threadsafe(event.set)
+
+
 def to_record_batch_reader(
     open_stream: Callable[[], Awaitable[BatchStream]],
 ) -> pa.RecordBatchReader:
@@ -82,20 +143,10 @@ def to_record_batch_reader(
 
     Errors raised while opening (a bad range, a missing table) are raised here; errors met
     while reading are raised from the reader's ``read_next_batch``/iteration. Batches pass
-    through a small queue, so the producer runs at most a couple of batches ahead.
+    through a small handoff, so the producer runs at most a few batches ahead.
     """
     ready: queue.Queue[pa.Schema | BaseException] = queue.Queue(1)
-    batches: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(_AHEAD)
-    stop = threading.Event()
-
-    def put(item: pa.RecordBatch | BaseException | None) -> bool:
-        while not stop.is_set():
-            try:
-                batches.put(item, timeout=0.2)
-                return True
-            except queue.Full:
-                continue
-        return False
+    handoff = _Handoff(_AHEAD)
 
     async def pump() -> None:
         try:
@@ -107,16 +158,11 @@ def to_record_batch_reader(
         try:
             async with stream:
                 async for batch in stream:
-                    if stop.is_set():
+                    if not await handoff.put(batch):
                         return
-                    try:
-                        batches.put_nowait(batch)
-                    except queue.Full:
-                        if not await anyio.to_thread.run_sync(put, batch):
-                            return
-            put(None)
+            await handoff.put(None)
         except BaseException as e:
-            put(e)
+            await handoff.put(e)
 
     thread = start_loop_thread(pump, "deltastream-stream")
     first = ready.get()
@@ -127,14 +173,14 @@ def to_record_batch_reader(
     def iterate() -> Iterator[pa.RecordBatch]:
         try:
             while True:
-                item = batches.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+                for item in handoff.take():
+                    if item is None:
+                        return
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
         finally:
-            stop.set()
+            handoff.stop()
             thread.join()
 
     return pa.RecordBatchReader.from_batches(first, iterate())

@@ -3,9 +3,10 @@
 
 Building them costs a fill (and, for strings, a copy per row) on every batch although the
 values change only from file to file, and a handful of values (``insert``, a partition's
-value) recur across thousands of files. So arrays are built once, at the longest length asked
-for, kept in a small bounded cache, and handed out as zero-copy slices (Arrow arrays are
-immutable, so sharing their buffers is safe).
+value) recur across thousands of files. So arrays are built once (at the power of two at or
+above the longest length asked for, as files vary in length), kept in a small bounded cache,
+and handed out as zero-copy slices (Arrow arrays are immutable, so sharing their buffers is
+safe).
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ def repeated(value: Any, arrow_type: pa.DataType, n: int) -> pa.Array[Any]:
         if found is not None and len(found) >= n:
             _cache.move_to_end(key)
             return found.slice(0, n)
-    array = _build(value, arrow_type, n)
+    # Built a little longer than asked (a power of two), so that the slightly longer files
+    # that follow find it long enough instead of building it again.
+    array = _build(value, arrow_type, 1 << max(n - 1, 0).bit_length())
     size = array.nbytes
     if size > _MAX_BYTES // 4:
-        return array
+        return array.slice(0, n)
     with _lock:
         old = _cache.pop(key, None)
         if old is not None:
@@ -65,4 +68,4 @@ def repeated(value: Any, arrow_type: pa.DataType, n: int) -> pa.Array[Any]:
         while len(_cache) > _MAX_ENTRIES or _cached_bytes > _MAX_BYTES:
             _, evicted = _cache.popitem(last=False)
             _cached_bytes -= evicted.nbytes
-    return array
+    return array.slice(0, n)

@@ -15,14 +15,9 @@ queues, so a read of any size holds a few batches per file in flight.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import os
-import threading
-from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -31,13 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap64
 
-from deltastream.errors import (
-    DataFileError,
-    DataFileNotFoundError,
-    DeletionVectorError,
-    InvalidTableStateError,
-    ObjectNotFoundError,
-)
+from deltastream.errors import DataFileError, DeletionVectorError, InvalidTableStateError
 from deltastream.read.constants import repeated
 from deltastream.read.deletion_vectors import kept_rows
 from deltastream.read.partition_values import partition_column
@@ -53,17 +42,8 @@ from deltastream.schema.model import (
     is_variant,
     to_arrow_type,
 )
-from deltastream.storage.base import ObjectStore
 
-__all__ = [
-    "BATCH_ROWS",
-    "DEFAULT_CONCURRENCY",
-    "FileRead",
-    "MissingFileHandler",
-    "ReadSchema",
-    "read_file_batches",
-    "read_files",
-]
+__all__ = ["BATCH_ROWS", "FileRead", "FileReader", "Layouts", "ReadSchema"]
 
 #: Rows per record batch produced by readers.
 BATCH_ROWS = 65_536
@@ -219,11 +199,100 @@ def _selection(task: FileRead, start: int, length: int) -> pa.BooleanArray | Non
     return None
 
 
-class _FileReader:
+@dataclass(frozen=True)
+class _Column:
+    """How one output column is made from a file: read (``file_name``), a partition value
+    (``partition_key``, as the log keys it) or nulls."""
+
+    field: StructField
+    arrow_type: pa.DataType
+    file_name: str | None = None
+    partition_key: str | None = None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a :class:`ReadSchema`'s columns are in files of one parquet schema.
+
+    It depends only on the two schemas, so it is worked out once for a run of files of the
+    same schema (:class:`Layouts`) rather than once per file.
+    """
+
+    #: The logical read columns, void ones dropped, in output order.
+    columns: tuple[_Column, ...]
+    #: The file's columns to decode, each once.
+    file_names: tuple[str, ...]
+    #: Those of them that are plain strings or binaries (candidates for dictionary decoding).
+    binary_names: frozenset[str]
+
+    @classmethod
+    def build(
+        cls, schema: ReadSchema, file_fields: list[pa.Field[Any]], error: Callable[[str], Exception]
+    ) -> _Layout:
+        table = schema.table_schema
+        columns: list[_Column] = []
+        names: list[str] = []
+        binary: set[str] = set()
+        for name in schema.read_columns:
+            f = table.get(name)
+            assert f is not None
+            arrow_type = to_arrow_type(f.type)
+            if pa.types.is_null(arrow_type):
+                continue  # void columns are dropped
+            if name in schema.partition_columns:
+                columns.append(_Column(f, arrow_type, partition_key=f.physical_name(schema.mode)))
+                continue
+            idx = _child_index(file_fields, f, schema.mode)
+            if idx is None:
+                columns.append(_Column(f, arrow_type))
+                continue
+            file_name = file_fields[idx].name
+            columns.append(_Column(f, arrow_type, file_name=file_name))
+            names.append(file_name)
+            if _is_plain_binary(f.type):
+                binary.add(file_name)
+        present = {f.name for f in file_fields}
+        for name, t in schema.file_columns:
+            if name not in present:
+                raise error(
+                    f"unexpected schema: it has no {name!r} column "
+                    f"(columns: {', '.join(sorted(present)) or 'none'})"
+                )
+            names.append(name)
+            if _is_binary_like(t):
+                binary.add(name)
+        return cls(tuple(columns), tuple(dict.fromkeys(names)), frozenset(binary))
+
+
+class Layouts:
+    """The layout of the last file schema seen, for files read one after another (by one
+    thread): consecutive files of a table nearly always share their parquet schema."""
+
+    def __init__(self) -> None:
+        self._last: tuple[ReadSchema, pa.Schema, _Layout] | None = None
+
+    def get(
+        self, schema: ReadSchema, file_schema: pa.Schema, error: Callable[[str], Exception]
+    ) -> _Layout:
+        last = self._last
+        # Field metadata counts: it carries the parquet field ids column mapping matches by.
+        if last is not None and last[0] is schema and last[1].equals(file_schema, True):
+            return last[2]
+        layout = _Layout.build(schema, list(file_schema), error)
+        self._last = (schema, file_schema, layout)
+        return layout
+
+
+class FileReader:
     """Decodes one open parquet file into output batches (synchronously)."""
 
     def __init__(
-        self, source: str, handle: pa.NativeFile, task: FileRead, schema: ReadSchema
+        self,
+        source: str,
+        handle: pa.NativeFile,
+        task: FileRead,
+        schema: ReadSchema,
+        layouts: Layouts | None = None,
     ) -> None:
         self.source, self.task, self.schema = source, task, schema
         try:
@@ -235,44 +304,21 @@ class _FileReader:
             raise self.error(f"not a readable parquet file: {e}") from None
         self.num_rows = self.pf.metadata.num_rows
         self._check_selection()
-        file_fields = list(self.pf.schema_arrow)
-        table = schema.table_schema
-        # Per logical read column: its kind ("partition", "file" or "null"), its field, and
-        # for "file" the file's column name.
-        self.plan: list[tuple[str, StructField, str | None]] = []
-        self.file_names: list[str] = []
-        for name in schema.read_columns:
-            f = table.get(name)
-            assert f is not None
-            if name in schema.partition_columns:
-                self.plan.append(("partition", f, None))
-                continue
-            idx = _child_index(file_fields, f, schema.mode)
-            if idx is None:
-                self.plan.append(("null", f, None))
-            else:
-                self.plan.append(("file", f, file_fields[idx].name))
-                self.file_names.append(file_fields[idx].name)
-        present = {f.name for f in file_fields}
-        for name, _ in schema.file_columns:
-            if name not in present:
-                raise self.error(
-                    f"unexpected schema: it has no {name!r} column "
-                    f"(columns: {', '.join(sorted(present)) or 'none'})"
-                )
-            self.file_names.append(name)
+        file_schema = self.pf.schema_arrow
+        self.layout = (layouts or Layouts()).get(schema, file_schema, self.error)
         # Columns read as the table's string or binary types may be decoded as dictionaries.
-        plain = {fn for kind, f, fn in self.plan if fn is not None and _is_plain_binary(f.type)}
-        plain |= {name for name, t in schema.file_columns if _is_binary_like(t)}
-        dictionary = _dictionary_columns(self.pf.metadata, plain, file_fields)
-        if dictionary:
-            self.pf = pq.ParquetFile(
-                handle,
-                metadata=self.pf.metadata,
-                read_dictionary=dictionary,
-                pre_buffer=False,
-                coerce_int96_timestamp_unit="us",
+        if self.layout.binary_names:
+            dictionary = _dictionary_columns(
+                self.pf.metadata, self.layout.binary_names, list(file_schema)
             )
+            if dictionary:
+                self.pf = pq.ParquetFile(
+                    handle,
+                    metadata=self.pf.metadata,
+                    read_dictionary=dictionary,
+                    pre_buffer=False,
+                    coerce_int96_timestamp_unit="us",
+                )
 
     def error(self, problem: str) -> DataFileError:
         return DataFileError(self.source, problem, self.task.version)
@@ -314,7 +360,7 @@ class _FileReader:
 
     def _raw_batches(self) -> Iterator[tuple[int, pa.RecordBatch]]:
         """The file's batches, each with the file row number it starts at."""
-        columns = list(dict.fromkeys(self.file_names))
+        columns = list(self.layout.file_names)
         for rg, first_row in self._row_groups():
             start = first_row
             if columns:
@@ -356,40 +402,37 @@ class _FileReader:
         schema = self.schema
         arrays: list[pa.Array[Any]] = []
         names: list[str] = []
-        for kind, f, file_name in self.plan:
-            f_type = to_arrow_type(f.type)
-            if pa.types.is_null(f_type):
-                continue  # void columns are dropped
+        for column in self.layout.columns:
+            f = column.field
             names.append(f.name)
-            if kind == "partition":
-                key = f.physical_name(schema.mode)
+            if column.partition_key is not None:
+                raw_value = self.task.partition_values.get(column.partition_key)
                 try:
-                    value = partition_column(self.task.partition_values.get(key), f.type, f.name, n)
+                    value = partition_column(raw_value, f.type, f.name, n)
                 except InvalidTableStateError as e:
                     # Name the file (and version) whose add action holds the value.
                     raise self.error(str(e)) from None
                 arrays.append(value)
-            elif kind == "null":
-                arrays.append(_nulls(n, f_type))
+            elif column.file_name is None:
+                arrays.append(_nulls(n, column.arrow_type))
             else:
-                assert file_name is not None
-                column = raw.column(raw.schema.get_field_index(file_name))
+                data = raw.column(raw.schema.get_field_index(column.file_name))
                 try:
-                    arrays.append(conform(column, f.type, schema.mode, f.name))
+                    arrays.append(conform(data, f.type, schema.mode, f.name))
                 except _TypeMismatchError:
                     raise self.error(
-                        f"column {f.name!r} is stored as {column.type}, which cannot be read "
+                        f"column {f.name!r} is stored as {data.type}, which cannot be read "
                         f"as the table's type {f.type}"
                     ) from None
                 except MalformedVariantError as e:
                     raise self.error(f"column {f.name!r}: malformed variant: {e}") from None
         for name, t in schema.file_columns:
-            column = raw.column(raw.schema.get_field_index(name))
+            data = raw.column(raw.schema.get_field_index(name))
             try:
-                arrays.append(column.cast(t))
+                arrays.append(data.cast(t))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                 raise self.error(
-                    f"unexpected schema: column {name!r} is {column.type}: {e}"
+                    f"unexpected schema: column {name!r} is {data.type}: {e}"
                 ) from None
             names.append(name)
         if selection is None and schema.row_filter is None:
@@ -454,7 +497,7 @@ def _small_dictionary(chunk: pq.ColumnChunkMetaData) -> bool:
 
 
 def _dictionary_columns(
-    metadata: pq.FileMetaData, read: set[str], file_fields: list[pa.Field[Any]]
+    metadata: pq.FileMetaData, read: AbstractSet[str], file_fields: list[pa.Field[Any]]
 ) -> list[str]:
     """Those of ``read`` (file column names) that are top-level string or binary columns
     worth decoding as dictionaries (and casting to their plain type afterwards): those with
@@ -483,189 +526,3 @@ def _nulls(n: int, t: pa.DataType) -> pa.Array[Any]:
 def _empty(n: int) -> pa.RecordBatch:
     """A batch of ``n`` rows and no columns a reader asked for (only the count matters)."""
     return pa.RecordBatch.from_pydict({"__rows": pa.nulls(n)})
-
-
-#: Files decoded at once by :func:`read_files` (each in its own worker thread).
-DEFAULT_CONCURRENCY = max(1, min(4, os.cpu_count() or 1))
-#: Decoded batches a file may queue ahead of the consumer.
-_QUEUED_BATCHES = 2
-#: Files kept open (queued for or in decoding) per worker.
-_OPEN_PER_WORKER = 3
-
-_END = object()
-
-
-class _FileQueue:
-    """Batches of one file, from a worker thread to the event loop.
-
-    The worker posts to the loop without waiting for it (a round trip per batch would make
-    decoding wait on the loop); a semaphore bounds how far it may run ahead.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._slots = threading.Semaphore(_QUEUED_BATCHES)
-        self._items: asyncio.Queue[object] = asyncio.Queue()
-        self.closed = False
-
-    def put(self, item: object, *, last: bool = False) -> bool:
-        """From the worker; blocks while the queue is full. ``False`` once the reader left.
-        ``last``: the file's last batch, posted with its end in one call to the loop (most
-        files are one batch: this halves the loop's wake-ups)."""
-        while not self._slots.acquire(timeout=0.5):
-            if self.closed:
-                return False
-        if self.closed:
-            return False
-        self._loop.call_soon_threadsafe(self._put_last if last else self._items.put_nowait, item)
-        return True
-
-    def _put_last(self, item: object) -> None:
-        self._items.put_nowait(item)
-        self._items.put_nowait(_END)
-
-    def finish(self, error: BaseException | _Missing | None = None) -> None:
-        """From the worker: no more batches (``error`` if the file could not be read)."""
-        if not self.closed:
-            self._loop.call_soon_threadsafe(self._items.put_nowait, error or _END)
-
-    async def get(self) -> object:
-        item = await self._items.get()
-        self._slots.release()
-        return item
-
-    def close(self) -> None:
-        self.closed = True
-        self._slots.release()  # wake a worker blocked on a full queue
-
-
-@dataclass(frozen=True)
-class _Missing:
-    """Posted instead of batches when a worker finds the file gone."""
-
-    error: ObjectNotFoundError
-
-
-def _decode(
-    source: str,
-    handle: pa.NativeFile | tuple[ObjectStore, str],
-    task: FileRead,
-    schema: ReadSchema,
-    queue: _FileQueue,
-) -> None:
-    """Decode one file in a worker thread into ``queue``; stops if the reader went away.
-    ``handle`` is the open file, or the store and key to open it with (blocking, here)."""
-    if isinstance(handle, tuple):
-        file_store, key = handle
-        try:
-            handle = file_store.open_file_blocking(key, task.size)
-        except ObjectNotFoundError as e:
-            queue.finish(_Missing(e))
-            return
-        except BaseException as e:
-            queue.finish(e)
-            return
-    try:
-        # Each batch is held until the next exists, so the last goes with the file's end.
-        held: pa.RecordBatch | None = None
-        for batch in _FileReader(source, handle, task, schema).batches():
-            if held is not None and not queue.put(held):
-                return
-            held = batch
-    except BaseException as e:  # handed over, raised by the reader
-        if held is None or queue.put(held):
-            queue.finish(e)
-    else:
-        if held is None:
-            queue.finish()
-        else:
-            queue.put(held, last=True)
-    finally:
-        handle.close()
-
-
-async def read_files(
-    store: ObjectStore,
-    tasks: AsyncIterator[tuple[FileRead, ReadSchema]],
-    *,
-    concurrency: int = DEFAULT_CONCURRENCY,
-) -> AsyncIterator[pa.RecordBatch]:
-    """Stream the batches of many files, in the order of ``tasks``.
-
-    Up to ``concurrency`` files are decoded at once, each in a worker thread feeding a small
-    queue, so memory holds a few batches per file in flight whatever the number of files.
-    Tasks are pulled from ``tasks`` only as room frees up. (asyncio only, like the S3 store.)
-    """
-    async with contextlib.aclosing(
-        read_file_batches(store, tasks, concurrency=concurrency)
-    ) as pairs:
-        async for _, batch in pairs:
-            yield batch
-
-
-#: Decides about a data file that is gone: ``True`` skips it, ``False`` raises the error.
-MissingFileHandler = Callable[[FileRead, DataFileNotFoundError], bool]
-
-
-async def read_file_batches(
-    store: ObjectStore,
-    tasks: AsyncIterator[tuple[FileRead, ReadSchema]],
-    *,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    on_missing: MissingFileHandler | None = None,
-) -> AsyncGenerator[tuple[FileRead, pa.RecordBatch]]:
-    """:func:`read_files`, with each batch paired with the read it came from. A file that
-    does not exist raises :class:`DataFileNotFoundError` unless ``on_missing`` says to skip
-    it."""
-    loop = asyncio.get_running_loop()
-    executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="deltastream-read")
-    pending: deque[tuple[FileRead, str, _FileQueue, Future[None], pa.NativeFile | None]] = deque()
-    exhausted = False
-
-    def missing(task: FileRead, source: str, error: ObjectNotFoundError) -> None:
-        """Skip a file that is gone if ``on_missing`` says so, else raise."""
-        problem = DataFileNotFoundError(source, task.version)
-        if on_missing is None or not on_missing(task, problem):
-            raise problem from error
-
-    try:
-        while True:
-            # More files queued than workers: a worker finishing a file finds the next one
-            # waiting instead of waiting for the consumer to catch up. Only workers decode,
-            # so the extra files cost at most an open handle each, not memory.
-            while not exhausted and len(pending) < _OPEN_PER_WORKER * concurrency:
-                try:
-                    task, schema = await anext(tasks)
-                except StopAsyncIteration:
-                    exhausted = True
-                    break
-                file_store, key = store.resolve(task.path)
-                source = file_store.uri_for(key)
-                handle: pa.NativeFile | None = None
-                if not file_store.opens_blocking:
-                    try:
-                        handle = await file_store.open_file(key, task.size)
-                    except ObjectNotFoundError as e:
-                        missing(task, source, e)
-                        continue
-                queue = _FileQueue(loop)
-                opened = handle if handle is not None else (file_store, key)
-                job = executor.submit(_decode, source, opened, task, schema, queue)
-                pending.append((task, source, queue, job, handle))
-            if not pending:
-                return
-            task, source, queue = pending[0][:3]
-            while (item := await queue.get()) is not _END:
-                if isinstance(item, _Missing):
-                    missing(task, source, item.error)
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                yield task, cast(pa.RecordBatch, item)
-            pending.popleft()
-    finally:
-        for _, _, queue, job, handle in pending:
-            queue.close()  # workers still decoding stop at their next batch
-            if job.cancel() and handle is not None:  # never started: its file is still open
-                handle.close()
-        executor.shutdown(wait=False)

@@ -12,13 +12,14 @@ from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.read.batch_stream import BatchStream
 from deltastream.read.deletion_vectors import load_deletion_vector
 from deltastream.read.live_files import check_live_files
+from deltastream.read.pipeline import read_files
 from deltastream.read.predicates import (
     Predicate,
     may_match,
     parse_predicate,
     to_arrow_expression,
 )
-from deltastream.read.reader import FileRead, ReadSchema, read_files
+from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.schema.model import (
     StructType,
     column_mapping_mode,

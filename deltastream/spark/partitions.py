@@ -38,7 +38,8 @@ from deltastream.errors import DataFileNotFoundError
 from deltastream.log.actions import DeletionVectorDescriptor
 from deltastream.read.batch_stream import BatchStream, to_record_batch_reader
 from deltastream.read.deletion_vectors import load_deletion_vector
-from deltastream.read.reader import FileRead, ReadSchema, read_file_batches
+from deltastream.read.pipeline import read_file_batches
+from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.schema.model import (
     ArrayType,
     DataType,

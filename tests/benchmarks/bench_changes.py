@@ -356,21 +356,21 @@ def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: 
         if profile_out:
             import cProfile
 
-            from deltastream.read import reader as reader_module
+            from deltastream.read import pipeline as pipeline_module
 
             # cProfile sees only the thread that enabled it: the event loop is profiled by
-            # ``profiler`` (the stream is driven from this thread, below), and each file's
+            # ``profiler`` (the stream is driven from this thread, below), and each job's
             # decoding by its own profiler in its worker thread; all are merged on dump.
             profiler = cProfile.Profile()
             decode_profiles: list[cProfile.Profile] = []
-            decode = reader_module._decode
+            decode = pipeline_module._run
 
             def profiled_decode(*a: Any, **k: Any) -> None:
                 local = cProfile.Profile()
                 decode_profiles.append(local)
                 local.runcall(decode, *a, **k)
 
-            reader_module._decode = profiled_decode
+            pipeline_module._run = profiled_decode
             profiler.decode_profiles = decode_profiles  # type: ignore[attr-defined]
 
         def open_reader() -> pa.RecordBatchReader:

@@ -240,7 +240,8 @@ def test_byte_range_splits_read_each_row_group_once(tmp_path: Path) -> None:
     exactly once, with deletion vectors applied by the file's own row numbers."""
     from pyroaring import BitMap64
 
-    from deltastream.read.reader import FileRead, ReadSchema, read_files
+    from deltastream.read.pipeline import read_files
+    from deltastream.read.reader import FileRead, ReadSchema
     from deltastream.schema.model import parse_schema
     from deltastream.storage import open_store
 
