@@ -6,7 +6,7 @@ A standalone script (not a pytest test)::
     python tests/benchmarks/bench_changes.py [--versions V] [--rows-per-append N]
         [--rows-per-update U] [--rows-per-delete D] [--update-fraction F]
         [--delete-fraction F] [--partitioned] [--prefix-end E] [--repeat R] [--warmup W]
-        [--dir DIR] [--json] [--profile] [--strict]
+        [--dir DIR] [--json] [--profile] [--floor] [--strict]
 
 1. Builds (untimed) a table with ``deltalake.write_deltalake`` and
    ``{"delta.enableChangeDataFeed": "true"}``: V versions (0..V-1) of a seeded, shuffled mix
@@ -45,7 +45,9 @@ A standalone script (not a pytest test)::
    versions). ``--strict``: exit status 1 when a target is missed; ``--json``: the report as
    JSON on stdout; ``--profile``: also run deltastream once under cProfile (worker-thread
    work done inline, the profiler enabled in the event-loop thread) and print the top
-   functions.
+   functions; ``--floor``: also time pyarrow alone decoding exactly the files deltastream
+   reads (planned before the timer, one file per call on ``DEFAULT_CONCURRENCY`` threads,
+   no conversion), the floor below which no reader built on pyarrow's decoder can go.
 """
 
 from __future__ import annotations
@@ -335,9 +337,66 @@ def _profiled_changes(deltastream: Any, table: str, end: int | None, profiler: A
     return pa.RecordBatchReader.from_batches(batches[0].schema, iter(batches))
 
 
+def floor_worker(table: str, end: int | None) -> None:
+    """Runs in a fresh interpreter: the files deltastream reads for the change feed (planned
+    before the timer), decoded by pyarrow alone on ``DEFAULT_CONCURRENCY`` threads, one file
+    per call and no conversion: what decoding costs here, below which no pyarrow-based
+    reader can go. One JSON line, like :func:`worker`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import anyio
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from deltastream.changes.cdf import plan_changes
+    from deltastream.read.pipeline import DEFAULT_CONCURRENCY
+    from deltastream.storage import open_store
+
+    async def planned() -> list[tuple[str, list[str]]]:
+        async with open_store(table) as store:
+            plan = await plan_changes(store, start_version=0, end_version=end)
+            files = []
+            async for task, schema in plan.tasks:
+                _, key = store.resolve(task.path)
+                read = [c for c in schema.read_columns if c not in schema.partition_columns]
+                files.append((str(Path(table) / key), read + [n for n, _ in schema.file_columns]))
+            return files
+
+    files = anyio.run(planned)
+
+    def decode(file: tuple[str, list[str]]) -> int:
+        path, columns = file
+        pf = pq.ParquetFile(path, pre_buffer=False)
+        return int(pf.read(columns=columns, use_threads=False).num_rows)
+
+    meter = benchlib.Meter()
+    meter.start()
+    with ThreadPoolExecutor(DEFAULT_CONCURRENCY) as pool:
+        rows = sum(pool.map(decode, files))
+    meter.stop()
+    status = benchlib.proc_status()
+    meter.finish()
+    benchlib.emit(
+        {
+            "reader": "pyarrow-floor",
+            "reader_version": pa.__version__,
+            "end_version": end,
+            **meter.result(),
+            "first_batch_s": None,
+            "peak_rss_kib": status["VmHWM"],
+            "rss_after_import_kib": meter.after_import["VmRSS"],
+            "rows": rows,
+            "batches": len(files),
+        }
+    )
+
+
 def worker(reader: str, table: str, end: int | None, verify: bool, profile_out: str | None) -> None:
     """Runs in a fresh interpreter: import, time one full read of the change feed, report
     one JSON line."""
+    if reader == "pyarrow-floor":
+        floor_worker(table, end)
+        return
     import numpy  # noqa: F401  (the fingerprint's; imported before the timer)
     import pyarrow as pa
     import pyarrow.compute
@@ -523,6 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delete-fraction", type=float, default=0.1)
     parser.add_argument("--partitioned", action="store_true", help="partition by category")
     parser.add_argument("--prefix-end", type=int, default=49, help="last version of the prefix")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time pyarrow alone decoding the same files (the floor for any pyarrow reader)",
+    )
     benchlib.add_common_options(
         parser,
         repeat=3,
@@ -624,6 +688,18 @@ def main(argv: list[str] | None = None) -> int:
         memory_ratio = full_peak / prefix_peak
         rss_vs_deltars = ds["peak_rss_median_kib"] / dr["peak_rss_median_kib"]
 
+        floor: dict[str, Any] | None = None
+        if args.floor:
+            floor_runs = [run_worker("pyarrow-floor", root, latest) for _ in range(args.repeat)]
+            seconds = statistics.median(r["seconds"] for r in floor_runs)
+            floor = {
+                "seconds_median": seconds,
+                "runs": [r["seconds"] for r in floor_runs],
+                "files": floor_runs[0]["batches"],
+                "rows": floor_runs[0]["rows"],
+                "target_seconds": dr["median_s"] / THROUGHPUT_TARGET,
+            }
+
         profile_file = None
         prof_run = None
         if args.profile:
@@ -667,6 +743,8 @@ def main(argv: list[str] | None = None) -> int:
             },
             "agreement": {"pass": agree, "problems": problems},
         }
+        if floor is not None:
+            report["decode_floor"] = floor
         if prof_run is not None:
             report["profile_run"] = {
                 k: prof_run[k]
@@ -677,6 +755,14 @@ def main(argv: list[str] | None = None) -> int:
             benchlib.print_json(report)
         else:
             print_report(report)
+            if floor is not None:
+                print(
+                    f"decode floor: pyarrow alone decoding the {floor['files']} files "
+                    f"({floor['rows']} rows) on its own threads: median "
+                    f"{floor['seconds_median']:.3f} s (runs "
+                    f"{' '.join(f'{x:.3f}' for x in floor['runs'])}); "
+                    f"{THROUGHPUT_TARGET}x delta-rs needs {floor['target_seconds']:.3f} s"
+                )
             if profile_file is not None and prof_run is not None:
                 print(
                     f"\n(profiled run: {prof_run['seconds']:.3f} s under cProfile, first batch "

@@ -34,8 +34,9 @@ from typing import Any
 MARKER = "_bench_shape.json"  # outside _delta_log: neither reader looks at it
 READERS = ("deltastream", "delta-rs")
 #: What a worker subprocess may read with: kernel-rs is the reference where delta-rs cannot
-#: read (deletion vectors, bench_changes_dv.py).
-WORKER_READERS = (*READERS, "delta-kernel-rs")
+#: read (deletion vectors, bench_changes_dv.py); pyarrow-floor decodes the files a change
+#: feed reads with pyarrow alone (bench_changes.py --floor).
+WORKER_READERS = (*READERS, "delta-kernel-rs", "pyarrow-floor")
 
 
 def log(msg: str) -> None:
