@@ -15,6 +15,7 @@ from deltastream.read.live_files import check_live_files
 from deltastream.read.pipeline import read_files
 from deltastream.read.predicates import (
     Predicate,
+    decided_by_partitions,
     may_match,
     parse_predicate,
     to_arrow_expression,
@@ -79,8 +80,9 @@ def table_read_schema(
 @dataclass(frozen=True)
 class SnapshotScan:
     """What reading a snapshot's rows reads: how each file is read (``read_schema``, with
-    the predicate's exact row filter) and which live files (``files``: the snapshot's, but
-    those whose partition values or statistics cannot match the predicate)."""
+    the predicate's exact row filter, or none when the partition values alone decide the
+    predicate: each file kept then matches in every row) and which live files (``files``:
+    the snapshot's, but those whose partition values or statistics cannot match it)."""
 
     read_schema: ReadSchema
     files: pa.Table
@@ -100,6 +102,10 @@ def plan_snapshot_scan(
         files = files.filter(
             may_match(predicate, files, schema, read_schema.partition_columns, read_schema.mode)
         )
+    if predicate is not None and decided_by_partitions(
+        predicate, schema, read_schema.partition_columns
+    ):
+        read_schema = snapshot_read_schema(snapshot, columns)
     return SnapshotScan(read_schema, files)
 
 

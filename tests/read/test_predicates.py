@@ -34,6 +34,7 @@ from deltastream.read.predicates import (
     Not,
     Or,
     Predicate,
+    decided_by_partitions,
     may_match,
     parse_predicate,
     to_arrow_expression,
@@ -1114,7 +1115,7 @@ def test_deltalake_table_is_never_wrongly_skipped(tmp_path: Path) -> None:
     assert which("f4 = 7.7") == {7}
 
 
-def test_partitioned_table_is_never_wrongly_skipped(tmp_path: Path) -> None:
+def _write_partitioned(tmp_path: Path) -> None:
     for part in range(6):
         rows = range(part * 5, part * 5 + 5)
         table = pa.table(
@@ -1127,6 +1128,10 @@ def test_partitioned_table_is_never_wrongly_skipped(tmp_path: Path) -> None:
             }
         )
         write_deltalake(str(tmp_path), table, mode="append", partition_by=["p", "q", "day"])
+
+
+def test_partitioned_table_is_never_wrongly_skipped(tmp_path: Path) -> None:
+    _write_partitioned(tmp_path)
     snap = deltastream.read_snapshot(str(tmp_path))
     assert snap.partition_columns == ("p", "q", "day")
     preds = _predicates(tmp_path, snap, seed=2)
@@ -1139,6 +1144,32 @@ def test_partitioned_table_is_never_wrongly_skipped(tmp_path: Path) -> None:
     pred = parse_predicate("p IS NULL OR x = 0", schema)
     kept = may_match(pred, snap.files, schema, snap.partition_columns, ColumnMappingMode.NONE)
     assert sum(kept.to_pylist()) == 2
+
+
+def test_predicates_on_partition_columns_only_are_decided_exactly(tmp_path: Path) -> None:
+    """Every random predicate naming only partition columns (null partition values among
+    them) is decided per file: each file kept matches in all its rows, each skipped file in
+    none. A predicate naming any other column is not decided."""
+    _write_partitioned(tmp_path)
+    snap = deltastream.read_snapshot(str(tmp_path))
+    schema = table_schema(snap.metadata)
+    parts = snap.partition_columns
+    decided = 0
+    for pred in _predicates(tmp_path, snap, seed=3):
+        on_partitions = set(pred.columns) <= set(parts)
+        assert decided_by_partitions(pred, schema, parts) == on_partitions, pred
+        if not on_partitions:
+            continue
+        decided += 1
+        kept = may_match(pred, snap.files, schema, parts, ColumnMappingMode.NONE).to_pylist()
+        for i in range(snap.num_files):
+            rows = _logical_file(tmp_path, snap, i)
+            matching = rows.filter(to_arrow_expression(pred)).num_rows
+            assert matching == (rows.num_rows if kept[i] else 0), (pred, i)
+    assert decided > 100
+    # Partition columns named in another case than the schema's are left to the row filter.
+    upper = parse_predicate("P = 'g1'", schema)
+    assert decided_by_partitions(upper, schema, parts) == (upper.columns == ("p",))
 
 
 def test_column_mapped_table_is_never_wrongly_skipped(tmp_path: Path) -> None:

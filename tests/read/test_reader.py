@@ -74,6 +74,23 @@ def test_projection_and_filter(partitioned: str) -> None:
     assert rows(got) == rows(full.filter(mask).select(["id", "amount"]))
 
 
+def test_partition_only_filter_needs_no_row_filter(partitioned: str) -> None:
+    """A predicate on partition columns only is decided by the files kept: they are read
+    without a row filter, and the rows are still exactly the matching ones."""
+    from deltastream.read.scan import plan_snapshot_scan
+
+    snapshot = ds.read_snapshot(partitioned)
+    where = "country IN ('NL', 'JP') AND NOT country IS NULL"
+    assert plan_snapshot_scan(snapshot, where=where).read_schema.row_filter is None
+    mixed = plan_snapshot_scan(snapshot, where="country = 'NL' AND id > 3")
+    assert mixed.read_schema.row_filter is not None
+    got = ds.read_rows(partitioned, where=where).read_all()
+    full = DeltaTable(partitioned).to_pyarrow_table()
+    expected = full.filter(pc.is_in(full["country"], pa.array(["NL", "JP"])))
+    assert got.num_rows == expected.num_rows == 201  # 67 of each 100-row append
+    assert rows(got) == rows(expected.select(got.schema.names))
+
+
 def test_filter_prunes_files_it_cannot_match(partitioned: str) -> None:
     # Remove every FR data file behind the log's back: a read that needs them fails, one
     # whose filter excludes FR never opens them.

@@ -6,7 +6,8 @@
 * :func:`to_arrow_expression` (:mod:`.row_filter`) gives the Arrow expression that keeps
   exactly the rows where the predicate is TRUE;
 * :func:`may_match` (:mod:`.skipping`, over the statistics :mod:`.stats` decodes) decides
-  per live file whether it can hold a matching row.
+  per live file whether it can hold a matching row; :func:`decided_by_partitions` says when
+  that answer is exact, so that the files kept need no row filter.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from deltastream.read.predicates.literals import Literal
 from deltastream.read.predicates.parser import parse_predicate
 from deltastream.read.predicates.row_filter import to_arrow_expression
-from deltastream.read.predicates.skipping import may_match
+from deltastream.read.predicates.skipping import decided_by_partitions, may_match
 from deltastream.read.predicates.tree import And, Comparison, InList, IsNull, Not, Or, Predicate
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Not",
     "Or",
     "Predicate",
+    "decided_by_partitions",
     "may_match",
     "parse_predicate",
     "to_arrow_expression",

@@ -215,6 +215,34 @@ class _Evaluator:
 _NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
+def _partition_fields(
+    pred: Predicate, schema: StructType, partition_columns: tuple[str, ...]
+) -> tuple[list[StructField], list[StructField]]:
+    """The fields ``pred`` names, split into partition columns (matched case-insensitively
+    against the metadata's names, as Delta does) and the others."""
+    partition_names = {p.lower() for p in partition_columns}
+    part_fields: list[StructField] = []
+    other_fields: list[StructField] = []
+    for name in pred.columns:
+        field = schema.get(name)
+        if field is None:
+            raise InvalidArgumentError(f"the predicate names column {name!r}, not in the table")
+        (part_fields if name.lower() in partition_names else other_fields).append(field)
+    return part_fields, other_fields
+
+
+def decided_by_partitions(
+    pred: Predicate, schema: StructType, partition_columns: tuple[str, ...]
+) -> bool:
+    """Whether ``pred`` names partition columns only. :func:`may_match` then evaluates it
+    exactly, on each file's partition values with the row filter's own expression, and a
+    file's rows all share those values: every row of a file it keeps matches, so reads of
+    those files need no row filter."""
+    part_fields, other_fields = _partition_fields(pred, schema, partition_columns)
+    # The exact path is taken for leaves naming the field as the schema spells it.
+    return not other_fields and all(f.name in pred.columns for f in part_fields)
+
+
 def may_match(
     pred: Predicate,
     files: pa.Table,
@@ -230,17 +258,8 @@ def may_match(
     n = files.num_rows
     if n == 0:
         return pa.array([], pa.bool_())
-    partition_names = {p.lower() for p in partition_columns}
-    part_fields: list[StructField] = []
-    stat_fields: list[tuple[StructField, str]] = []
-    for name in pred.columns:
-        field = schema.get(name)
-        if field is None:
-            raise InvalidArgumentError(f"the predicate names column {name!r}, not in the table")
-        if name.lower() in partition_names:
-            part_fields.append(field)
-        else:
-            stat_fields.append((field, field.physical_name(mode)))
+    part_fields, other_fields = _partition_fields(pred, schema, partition_columns)
+    stat_fields = [(field, field.physical_name(mode)) for field in other_fields]
     partitions = partition_values_table(files, part_fields, mode)
     # Statistics are decoded only when the predicate names a column that has them.
     stats = StatsReader(files, stat_fields) if stat_fields else None
