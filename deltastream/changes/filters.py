@@ -24,7 +24,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltastream.read.predicates import Predicate, may_match, parse_predicate, to_arrow_expression
+from deltastream.read.predicates import (
+    Predicate,
+    decided_by_partitions,
+    may_match,
+    parse_predicate,
+    to_arrow_expression,
+)
 from deltastream.schema.model import (
     PHYSICAL_NAME_KEY,
     ColumnMappingMode,
@@ -93,6 +99,17 @@ class ChangeFilter:
     def data_columns(self) -> tuple[str, ...]:
         """The table's columns the predicate reads (to read beside the output's)."""
         return tuple(c for c in self.predicate.columns if c not in _CHANGE_NAMES)
+
+    def decides(self, files: Sequence[FileFacts]) -> bool:
+        """Whether :meth:`may_match` is exact for these files: the predicate names only
+        their partition columns, ``_commit_version`` and (files read from add or remove
+        actions) ``_change_type``, each one value for all of a file's rows, so every file
+        kept matches in all its rows. (``_commit_timestamp`` is left to the row filter: it
+        reaches file skipping as text.)"""
+        decided = [*self.partition_columns, "_commit_version"]
+        if all(f.change_type is not None for f in files):
+            decided.append("_change_type")
+        return decided_by_partitions(self.predicate, self.table_schema, tuple(decided))
 
     def may_match(self, files: Sequence[FileFacts]) -> list[bool]:
         """For each file, whether a row of it may match (False: no row can)."""

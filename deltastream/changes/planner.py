@@ -169,11 +169,11 @@ class ChangePlanner:
             ]
             if schemas.filter is not None:
                 facts = [_facts(cdc, version, timestamp_us, None) for cdc in rows]
-                reads = _kept(reads, schemas.filter.may_match(facts))
+                reads = _skipped(reads, facts, schemas.filter)
             return [(read, schemas.cdc) for read in reads]
         tasks, facts = await self._inferred(version, actions, timestamp_us, schemas)
         if schemas.filter is not None:
-            tasks = _kept(tasks, schemas.filter.may_match(facts))
+            tasks = _skipped(tasks, facts, schemas.filter)
         return [(task, schemas.inferred) for task in tasks]
 
     async def _bitmap(self, action: dict[str, object]) -> BitMap64:
@@ -292,8 +292,13 @@ def _facts(
     )
 
 
-def _kept(reads: list[FileRead], keep: list[bool]) -> list[FileRead]:
-    return [read for read, k in zip(reads, keep, strict=True) if k]
+def _skipped(reads: list[FileRead], facts: list[FileFacts], where: ChangeFilter) -> list[FileRead]:
+    """The reads of files that may hold a row ``where`` keeps; when skipping decides the
+    predicate, marked as matching in every row (no row filter is applied to them)."""
+    kept = [read for read, k in zip(reads, where.may_match(facts), strict=True) if k]
+    if kept and where.decides(facts):
+        return [replace(read, all_match=True) for read in kept]
+    return kept
 
 
 def _task(

@@ -99,6 +99,10 @@ class FileRead:
     #: Read only part of the file: the row groups whose midpoint lies in these bytes
     #: ``[start, end)`` (as Spark splits parquet files), with the file's own row numbering.
     split: tuple[int, int] | None = None
+    #: File skipping proved that every row of this file satisfies the schema's
+    #: ``row_filter`` (a predicate decided by the file's partition values and constants):
+    #: the filter is not applied to it.
+    all_match: bool = False
 
 
 class _TypeMismatchError(Exception):
@@ -435,8 +439,11 @@ class FileReader:
                     f"unexpected schema: column {name!r} is {data.type}: {e}"
                 ) from None
             names.append(name)
-        if selection is None and schema.row_filter is None:
-            # The common case: every row, columns already in output order.
+        row_filter = None if self.task.all_match else schema.row_filter
+        exact = len(arrays) + len(schema.constant_fields) == len(out_schema)
+        if selection is None and row_filter is None and exact:
+            # The common case: every row, columns already in output order (none read only
+            # for a filter).
             for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
                 arrays.append(repeated(value, constant.type, n))
             yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
@@ -444,12 +451,12 @@ class FileReader:
         table = pa.Table.from_arrays(arrays, names=names)
         if selection is not None:
             table = table.filter(selection)
-        if schema.row_filter is not None and table.num_rows:
+        if row_filter is not None and table.num_rows:
             # The filter may name the constants (the change feed's _commit_version…): they
             # are columns by the time it runs.
             for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
                 table = table.append_column(constant, repeated(value, constant.type, len(table)))
-            table = table.filter(schema.row_filter)
+            table = table.filter(row_filter)
         if table.num_rows == 0:
             return
         keep = [*schema.columns, *(name for name, _ in schema.file_columns)]

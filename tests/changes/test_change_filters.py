@@ -105,6 +105,34 @@ def test_files_that_cannot_match_are_not_opened(tmp_path: Path) -> None:
     assert all(r.partition_values.get(column) == value for r in one_partition)
 
 
+def test_reads_decided_by_file_skipping_need_no_row_filter(tmp_path: Path) -> None:
+    """Files kept by a predicate on the partition column, ``_commit_version`` or (files read
+    from add/remove actions) ``_change_type`` match in every row: they are read without the
+    row filter (``all_match``); any other predicate keeps the filter. The rows are checked
+    against filtering afterwards by test_filtered_changes_equal_the_filtered_change_feed."""
+    history = build(tmp_path, SEEDS[0], PLAIN)
+    column = history.partition_by
+    assert column is not None
+
+    async def planned(where: str) -> list[tuple[Any, Any]]:
+        async with ds.open_table(history.path) as table:
+            plan = await plan_changes(table.store, where=where)
+            return [(read, schema) async for read, schema in plan.tasks]
+
+    def marked(where: str) -> set[bool]:
+        return {read.all_match for read, _ in anyio.run(planned, where)}
+
+    literal = "1" if column == "bucket" else "'north'"
+    assert marked(f"{column} = {literal} OR _commit_version < 3") == {True}
+    assert marked(f"{column} = {literal} AND id < 20") == {False}
+    assert marked("_commit_timestamp > '2000-01-01T00:00:00Z'") == {False}
+    by_kind = {
+        schema.file_columns != (): read.all_match
+        for read, schema in anyio.run(planned, "_change_type <> 'update_preimage'")
+    }
+    assert by_kind == {True: False, False: True}  # cdc files carry _change_type per row
+
+
 @pytest.mark.parametrize(
     ("where", "message"),
     [
