@@ -100,24 +100,31 @@ class ChangeFilter:
         """The table's columns the predicate reads (to read beside the output's)."""
         return tuple(c for c in self.predicate.columns if c not in _CHANGE_NAMES)
 
+    @staticmethod
+    def _constant(files: Sequence[FileFacts]) -> list[str]:
+        """The change columns with one value for all of a file's rows, for every one of
+        ``files``: the version and commit time, and ``_change_type`` for files read from
+        add or remove actions."""
+        constant = ["_commit_version", "_commit_timestamp"]
+        if all(f.change_type is not None for f in files):
+            constant.append("_change_type")
+        return constant
+
     def decides(self, files: Sequence[FileFacts]) -> bool:
         """Whether :meth:`may_match` is exact for these files: the predicate names only
-        their partition columns, ``_commit_version`` and (files read from add or remove
-        actions) ``_change_type``, each one value for all of a file's rows, so every file
-        kept matches in all its rows. (``_commit_timestamp`` is left to the row filter: it
-        reaches file skipping as text.)"""
-        decided = [*self.partition_columns, "_commit_version"]
-        if all(f.change_type is not None for f in files):
-            decided.append("_change_type")
-        return decided_by_partitions(self.predicate, self.table_schema, tuple(decided))
+        their partition columns and constant change columns, so every file kept matches in
+        all its rows. (``_commit_timestamp`` is left to the row filter: it reaches file
+        skipping as text.)"""
+        exact = [c for c in self._constant(files) if c != "_commit_timestamp"]
+        return decided_by_partitions(
+            self.predicate, self.table_schema, (*self.partition_columns, *exact)
+        )
 
     def may_match(self, files: Sequence[FileFacts]) -> list[bool]:
         """For each file, whether a row of it may match (False: no row can)."""
         if not files:
             return []
-        constant = ["_commit_version", "_commit_timestamp"]
-        if all(f.change_type is not None for f in files):
-            constant.append("_change_type")
+        constant = self._constant(files)
         partition_values = []
         for f in files:
             values = dict(f.partition_values)
