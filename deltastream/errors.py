@@ -13,6 +13,7 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
     │   └── PreconditionFailedError   a conditional write lost to another writer
     │       └── StateConflictError    another tailer wrote this stream's state
     ├── TableNotFoundError            the location holds no Delta table
+    ├── TableReplacedError            the table a reader followed is gone, or another one is there
     ├── LogError                      the log itself is not a valid Delta log
     │   ├── CorruptFileError          a log file cannot be parsed
     │   │   ├── CorruptCommitError
@@ -77,6 +78,7 @@ __all__ = [
     "StateConflictError",
     "StorageError",
     "TableNotFoundError",
+    "TableReplacedError",
     "TimestampOutOfRangeError",
     "UnsafePathError",
     "UnsupportedFeatureError",
@@ -138,6 +140,26 @@ class TableNotFoundError(DeltaStreamError):
     ) -> None:
         super().__init__(f"{uri}: {problem}")
         self.uri = uri
+
+
+class TableReplacedError(DeltaStreamError):
+    """The table a reader (a stream, a Spark query) followed is no longer at its location:
+    it was deleted, replaced by another table (a new ``metaData.id``), or its log went back
+    to before versions the reader had already read. Never transient: reading on would mix
+    two tables' rows. ``expected_id`` is the id the reader followed, ``found_id`` the id
+    there now (``None``: no table there)."""
+
+    def __init__(
+        self, uri: str, expected_id: str, found_id: str | None, problem: str, remedy: str
+    ) -> None:
+        found = f"the table there now is {found_id}" if found_id else "no table is there now"
+        super().__init__(
+            f"{uri}: the table was replaced: {problem}; the reader followed table "
+            f"{expected_id}, {found}; {remedy}"
+        )
+        self.uri = uri
+        self.expected_id = expected_id
+        self.found_id = found_id
 
 
 class LogError(DeltaStreamError):

@@ -18,6 +18,7 @@ PERMANENT = [
     e.InvalidArgumentError("bad option"),
     e.StateConflictError("s3://b/position.json", "changed by another tailer"),
     e.TableNotFoundError("/t"),
+    e.TableReplacedError("/t", "a", "b", "another table is there", "start over"),
     e.CorruptCommitError("/t/_delta_log/1.json", "line 1"),
     e.MissingVersionsError("/t/_delta_log", [3]),
     e.IncompleteCheckpointError("/t/_delta_log: checkpoint 10 lacks part 2"),
