@@ -23,7 +23,12 @@ from deltastream.changes.commits import CommitStep, CommitSteps
 from deltastream.changes.planner import ChangePlanner, ChangeSchemas
 from deltastream.daemon.pump import RoundEnd
 from deltastream.daemon.stream_config import OnSchemaChange, TailConfig
-from deltastream.errors import ChangeDataNotEnabledError, DeltaStreamError, SchemaChangeError
+from deltastream.errors import (
+    ChangeDataNotEnabledError,
+    DeltaStreamError,
+    SchemaChangeError,
+    TableReplacedError,
+)
 from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.paths import LogFile
@@ -59,9 +64,16 @@ class TableFollower:
     """Plans a stream's versions in order and keeps the table state they lead to."""
 
     def __init__(
-        self, store: ObjectStore, config: TailConfig, progress: Progress | None = None
+        self,
+        store: ObjectStore,
+        config: TailConfig,
+        progress: Progress | None = None,
+        *,
+        remedy: str = "start a new stream",
     ) -> None:
         self.config = config
+        #: How a user starts the stream over, for errors that end it for good.
+        self.remedy = remedy
         self.progress = progress
         self._store = store
         self._commits = CommitSteps(store)
@@ -158,6 +170,14 @@ class TableFollower:
         """The stream's schema-change policy: additive changes go on with the new schema,
         others stop the stream unless ``on_schema_change`` says continue."""
         change, version, name = step.schema_change, step.version, self.config.name
+        if step.replaces_table:
+            raise TableReplacedError(
+                self._store.root_uri,
+                self.metadata.id,
+                step.metadata.id,
+                f"version {version} writes a new table id",
+                self.remedy,
+            )
         if change.kind is SchemaChangeKind.NON_ADDITIVE:
             if self.config.on_schema_change is OnSchemaChange.STOP:
                 raise SchemaChangeError(

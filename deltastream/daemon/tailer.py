@@ -57,6 +57,7 @@ from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Position, Sink, StreamRef
 from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.pump import DeliveryPump, RoundEnd, Stopped
+from deltastream.daemon.reset import restart_hint
 from deltastream.daemon.resume import (
     Resumed,
     initial_position,
@@ -81,6 +82,7 @@ from deltastream.log.segment import LogListing
 from deltastream.log.table_properties import TableProperties
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.read.scan import live_file_reads
+from deltastream.snapshot.identity import TableGuard
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
@@ -125,6 +127,7 @@ class Tailer:
         self.started_at: Position | None = None
         self._saved_at = time.monotonic()
         self._snapshot: Snapshot | None = None
+        self._guard: TableGuard
         self._sleep_scope: anyio.CancelScope | None = None
 
     # ------------------------------------------------------------------ control
@@ -142,6 +145,11 @@ class Tailer:
     @property
     def _stream_ref(self) -> StreamRef:
         return StreamRef(self.config.name, self._states.uri)
+
+    @property
+    def _remedy(self) -> str:
+        """How a user starts this stream over, for errors that end it for good."""
+        return restart_hint(self.config.name, self._states.uri, self.sink.description)
 
     @property
     def position(self) -> Position | None:
@@ -171,7 +179,7 @@ class Tailer:
             self.sink.retry_listener = functools.partial(self._on_retry, sink=True)
             self._store = store
             self._states = StateStore(state_store)
-            self._follower = TableFollower(store, cfg, self.progress)
+            self._follower = TableFollower(store, cfg, self.progress, remedy=self._remedy)
             try:
                 await self._start()
                 if self._committed.position.snapshot:
@@ -238,21 +246,24 @@ class Tailer:
                 },
             )
             await self.sink.recover(self._stream_ref, committed.position, committed.sink)
+            # Before anything is read: is the table still the one the stream followed? (A
+            # table deleted and written anew at its path is not.) The sink's output was
+            # brought back to the committed position first, whatever the answer.
+            self._guard = TableGuard(self._store, committed.table_id, self._remedy)
+            await self._guard.verify(_read_through(committed.position))
         else:
             await self.sink.recover(self._stream_ref, None, {})
         position = committed.position if committed else await initial_position(self._store, cfg)
         saved = committed.snapshot_version if committed else None
         resumed = await load_state(self._store, cfg, self._states, position, saved)
         self._begin(resumed)
-        table_id = resumed.metadata.id
-        if committed is not None and committed.table_id != table_id:
-            raise InvalidArgumentError(
-                f"{cfg.uri}: the table's id is now {table_id}, but the stream in "
-                f"{self._states.uri} followed table {committed.table_id}; the table was "
-                "replaced: start a new stream"
-            )
+        if committed is None:
+            # A new stream follows the table it found; the mark its listings look for is
+            # that of the version it starts after.
+            self._guard = TableGuard(self._store, resumed.metadata.id, self._remedy)
+            await self._guard.verify(_read_through(position))
         base = committed or StreamState(
-            table_uri=self._store.root_uri, table_id=table_id, position=position
+            table_uri=self._store.root_uri, table_id=resumed.metadata.id, position=position
         )
         # Taking the state over with a conditional write fences off any tailer still running
         # on it, and makes a new stream's resolved start ("latest", a timestamp) durable.
@@ -358,12 +369,14 @@ class Tailer:
     async def _poll(self, watcher: LogWatcher, next_version: int) -> LogListing | None:
         """Wait for commits at or after ``next_version``; ``None`` once stopping."""
         while not self.stopping:
-            listing = await watcher.poll(next_version)
+            listing = await watcher.poll(self._guard.list_from(next_version))
             m = self.metrics
             m.poll_duration.observe(watcher.stats.last_poll_seconds)
             m.last_activity_monotonic = time.monotonic()
+            # Nothing of a listing is used before it shows the table is still the one read.
+            await self._guard.check(listing, next_version)
             commits = listing.commits()
-            if commits:
+            if any(v >= next_version for v in commits):
                 m.last_seen_version = max(m.last_seen_version, max(commits))
                 first = commits.get(next_version)
                 m.oldest_undelivered_ms = first.last_modified_ms if first else None
@@ -416,6 +429,10 @@ class Tailer:
             skip_until = max(checkpoints) if checkpoints else None
         tasks = self._follower.version_tasks(files, skip_until, round_)
         await self._pump.pump(tasks, start, self._follower.schemas.output_schema, round_)
+        read_through = self._committed.position.version - 1
+        for f in files:
+            if f.version == read_through:
+                self._guard.read(f)
         if round_.error is not None:
             raise round_.error
 
@@ -467,3 +484,9 @@ class Tailer:
             version,
             extra={"stream": cfg.name, "version": version},
         )
+
+
+def _read_through(position: Position) -> int:
+    """The last version a stream at ``position`` has read from (its snapshot's version in a
+    snapshot phase; else the version before the next)."""
+    return position.version if position.snapshot else position.version - 1

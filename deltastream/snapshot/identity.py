@@ -42,31 +42,29 @@ async def verify_table(
     store: ObjectStore, table_id: str, read_through: int, remedy: str
 ) -> LogFile | None:
     """Check that ``store``'s table is table ``table_id`` and that its log reaches version
-    ``read_through``, the last version the reader read (``-1``: none). Compares the id in
-    force at that version, or, where log cleanup removed what reconstructs it, the latest
-    id. Raises :class:`~deltastream.errors.TableReplacedError` (``remedy`` says how the
-    reader starts over); returns the newest log file of ``read_through`` (its commit, else
-    its checkpoint), the mark for :class:`TableGuard`, or ``None`` when there is none."""
+    ``read_through``, the last version the reader read (``-1``: none yet, and the id is that
+    of version 0, the first it reads). Compares the id in force at that version, or, where
+    log cleanup removed what reconstructs it, the latest id. Raises
+    :class:`~deltastream.errors.TableReplacedError` (``remedy`` says how the reader starts
+    over); returns the newest log file of ``read_through`` (its commit, else its
+    checkpoint), the mark for :class:`TableGuard`, or ``None`` when there is none."""
     uri = store.root_uri
+    at = max(read_through, 0)
     segment: LogSegment | None = None
     try:
-        if read_through >= 0:
-            try:
-                state, segment = await load_table_state(store, read_through)
-            except (VersionNotFoundError, MissingVersionsError):
-                segment = None  # decided below, from the latest version
-        if segment is None:
+        try:
+            state, segment = await load_table_state(store, at)
+        except (VersionNotFoundError, MissingVersionsError):
             state, latest = await load_table_state(store)
-            if latest.version < read_through:
+            if latest.version < at:
                 assert state.metadata is not None
                 raise TableReplacedError(
                     uri,
                     table_id,
                     state.metadata.id,
-                    f"its log ends at version {latest.version}, but version {read_through} "
-                    "was read already",
+                    f"its log ends at version {latest.version}, but version {at} was read already",
                     remedy,
-                )
+                ) from None
     except TableNotFoundError as e:
         raise TableReplacedError(
             uri, table_id, None, f"no Delta table is there any more ({e})", remedy
@@ -74,11 +72,11 @@ async def verify_table(
     assert state.metadata is not None
     found = state.metadata.id
     if found != table_id:
-        where = f"version {read_through}" if segment is not None else "its latest version"
+        where = f"version {at}" if segment is not None else "its latest version"
         raise TableReplacedError(
             uri, table_id, found, f"the table id at {where} is another one", remedy
         )
-    return None if segment is None else _mark(segment, read_through)
+    return None if segment is None or read_through < 0 else _mark(segment, read_through)
 
 
 def _mark(segment: LogSegment, version: int) -> LogFile | None:
