@@ -261,7 +261,7 @@ def test_reset_starts_a_stream_over_knowingly(
     assert tail(table, "--state", str(other), *args, "--reset") == 0
     assert out.read_bytes() == content  # delivered afresh, once
     capsys.readouterr()
-    assert run(["reset", "--state", str(state), "--sink", f"jsonl:{out}", "--name", "out"]) == 0
+    assert run(["reset", "--state", str(state), "--sink", f"jsonl:{out}", "--name", "table"]) == 0
     removed = json.loads(capsys.readouterr().out)["removed"]
     assert any(str(out) in r for r in removed) and any("position.json" in r for r in removed)
     assert not out.exists() and not (state / "position.json").exists()
