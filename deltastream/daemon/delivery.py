@@ -13,7 +13,6 @@ import contextlib
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -177,7 +176,7 @@ class Sink(AsyncClosable, ABC):
         """Deliver the rows and return once the destination has acknowledged them, with the
         sink state to commit alongside ``delivery.end`` (JSON-serialisable)."""
 
-    def reset_lock(self, stream: StreamRef) -> AbstractAsyncContextManager[None]:
+    def reset_lock(self, stream: StreamRef) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold the output for a reset of ``stream``: entering fails, touching nothing, if a
         stream is writing it (:class:`~deltastream.errors.SinkInUseError`) or it is not
         ``stream``'s to discard. A reset enters this before it records itself, so that a
