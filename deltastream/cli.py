@@ -239,7 +239,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="start a stream over: discard what it wrote to its sink, then its state",
         description="Discards what the stream wrote to its sink (a jsonl file, its parquet "
         "files; nothing for http, exec and jsonl:-) and then its state (position and saved "
-        "snapshots), so that its next run starts afresh. Refuses while the stream runs.",
+        "snapshots), so that its next run starts afresh. Refuses while the stream runs. It "
+        "records itself in the state directory first: a reset cut short blocks the stream "
+        "until it is run again.",
     )
     reset.add_argument("--state", required=True, help="the stream's state directory")
     reset.add_argument("--sink", required=True, help="the stream's sink, as given to tail")

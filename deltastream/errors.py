@@ -35,6 +35,7 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
     ├── ChangeDataError               the change data feed cannot be produced for a range
     │   ├── ChangeDataNotEnabledError versions changed rows while the feed was off
     │   └── SchemaChangeError         the range crosses a schema change it cannot read safely
+    ├── ResetIncompleteError          a stream's reset was interrupted: run it again to finish
     └── SinkError                     a sink cannot deliver rows (retrying would not help)
         ├── HttpStatusError           an HTTP sink's endpoint rejected a delivery
         ├── SinkRecoveryError         the sink's output does not match the stream's state
@@ -71,6 +72,7 @@ __all__ = [
     "ObjectNotFoundError",
     "OutputClosedError",
     "PreconditionFailedError",
+    "ResetIncompleteError",
     "SchemaChangeError",
     "SinkError",
     "SinkInUseError",
@@ -413,6 +415,18 @@ class DataChangeInStreamError(ChangeDataError):
         super().__init__(f"{uri}: version {version} {problem}")
         self.uri = uri
         self.version = version
+
+
+class ResetIncompleteError(DeltaStreamError):
+    """A reset of the stream (``deltastream reset``) was started and did not finish: its
+    sink output and state may be partly removed, so the stream must not resume from them.
+    ``uri`` names the reset's record in the state directory; running the reset again (with
+    the same sink and name) finishes it."""
+
+    def __init__(self, uri: str, problem: str) -> None:
+        super().__init__(f"{uri}: {problem}")
+        self.uri = uri
+        self.problem = problem
 
 
 class SinkError(DeltaStreamError):

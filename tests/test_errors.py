@@ -32,6 +32,7 @@ PERMANENT = [
     e.HttpStatusError("http://x", 400, "Bad Request", ""),
     e.SinkRecoveryError("/out.jsonl", "not the output"),
     e.SinkInUseError("/out.jsonl", "in use"),
+    e.ResetIncompleteError("/state/reset.json", "interrupted"),
 ]
 
 

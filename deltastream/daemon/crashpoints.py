@@ -24,6 +24,12 @@ The points, in the order a delivery passes them:
 ``state.snapshot-write`` the table-state snapshot is written; ``position.json`` does not
                         name it yet
 ``state.snapshot-prune`` ``position.json`` names the new snapshot; older ones not yet deleted
+
+And the points a reset (:mod:`deltastream.daemon.reset`) passes:
+
+``reset.marked``        the reset is recorded in the state directory; nothing removed yet
+``reset.output-file``   a file sink removed one file of the stream's output (passed per file)
+``reset.state``         the stream's state is removed; the reset's record not yet
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ POINTS: Final = frozenset(
         "snapshot.file",
         "state.snapshot-write",
         "state.snapshot-prune",
+        "reset.marked",
+        "reset.output-file",
+        "reset.state",
     }
 )
 

@@ -9,6 +9,8 @@ that after a crash they can undo whatever they wrote past the last committed one
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -117,6 +119,21 @@ class StreamRef:
     state_uri: str
     """Where the stream's state lives (named in messages)."""
 
+    def reset_command(self, sink_spec: str) -> str:
+        """The command that starts this stream, into ``sink_spec``, over (for messages)."""
+        return shlex.join(
+            [
+                "deltastream",
+                "reset",
+                "--state",
+                self.state_uri,
+                "--sink",
+                sink_spec,
+                "--name",
+                self.name,
+            ]
+        )
+
 
 class Sink(AsyncClosable, ABC):
     """Where a stream's rows go.
@@ -158,6 +175,14 @@ class Sink(AsyncClosable, ABC):
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
         """Deliver the rows and return once the destination has acknowledged them, with the
         sink state to commit alongside ``delivery.end`` (JSON-serialisable)."""
+
+    def reset_lock(self, stream: StreamRef) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold the output for a reset of ``stream``: entering fails, touching nothing, if a
+        stream is writing it (:class:`~deltastream.errors.SinkInUseError`) or it is not
+        ``stream``'s to discard. A reset enters this before it records itself, so that a
+        reset refused changes nothing. This default (sinks with no output to own) holds
+        nothing."""
+        return contextlib.nullcontext()
 
     async def reset(self, stream: StreamRef) -> list[str]:
         """Discard everything ``stream`` wrote to the sink (to start the stream over, on

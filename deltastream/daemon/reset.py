@@ -6,6 +6,13 @@ refuses to start. :func:`reset_stream` is the knowing way out (``deltastream res
 ``tail --reset``): it removes what the stream wrote to its sink, then its state, so the next
 run starts the stream afresh. A running stream holds its sink's lock, so a reset refuses to
 touch a stream that is running.
+
+A reset can be killed half way, with some of the output gone and the state still there;
+resuming from that would lose rows without a word. So the reset first records itself in the
+state directory (``reset.json``, :meth:`StateStore.begin_reset`), and removes that record
+last: until then the stream refuses to start
+(:class:`~deltastream.errors.ResetIncompleteError`), and running the reset again finishes it
+(output or state already gone is no obstacle).
 """
 
 from __future__ import annotations
@@ -37,10 +44,14 @@ async def reset_stream(
     state_storage_options: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Discard what stream ``name`` wrote to ``sink`` and its state at ``state``; returns
-    what was removed. Output first: it fails (touching nothing) while the stream runs."""
+    what was removed. It fails, touching nothing, while the stream runs (or when the output
+    is another stream's); once under way it is recorded, and finished by running it again."""
     async with open_store(state, dict(state_storage_options or {})) as store:
         states = StateStore(store)
-        removed = await sink.reset(StreamRef(name, states.uri))
+        stream = StreamRef(name, states.uri)
+        async with sink.reset_lock(stream):
+            await states.begin_reset(name, sink.description)
+            removed = await sink.reset(stream)
         removed += await states.reset()
     for what in removed:
         log.warning("%s: reset: removed %s", name, what, extra={"stream": name})

@@ -4,6 +4,7 @@ One directory (local or ``s3://``) per stream::
 
     position.json                               the committed position (rewritten atomically)
     snapshots/00000000000000000042.checkpoint.parquet   the table's state at version 42
+    reset.json                                  only while a reset is under way (see below)
 
 ``position.json`` is replaced as a whole (local: write, fsync, rename; S3: one PUT) and
 only ever with a conditional write against the version this tailer last wrote or read: a
@@ -11,12 +12,18 @@ second tailer started on the same directory takes it over, and the first one's n
 fails instead of silently interleaving. Snapshots are Delta checkpoint parquet files (the
 ``add``/``remove``/``metaData``/``protocol``/``txn`` columns of the protocol's checkpoint
 schema), so other tools can read them; ``position.json`` names the one to resume from.
+
+A reset (:mod:`deltastream.daemon.reset`) writes ``reset.json`` (the stream and sink being
+reset) before it removes anything, and removes it last. While it exists, :meth:`StateStore.load`
+refuses (:class:`~deltastream.errors.ResetIncompleteError`): the output and state of a reset
+cut short are partly gone, and resuming from what is left would silently lose rows.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -26,12 +33,13 @@ from typing import Any
 import anyio.to_thread
 
 from deltastream.daemon.crashpoints import crash_point
-from deltastream.daemon.delivery import Position
+from deltastream.daemon.delivery import Position, StreamRef
 from deltastream.errors import (
     CorruptFileError,
     InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
+    ResetIncompleteError,
     StateConflictError,
 )
 from deltastream.log.checkpoint import parse_checkpoint_parquet
@@ -40,13 +48,17 @@ from deltastream.snapshot.incremental import IncrementalState
 from deltastream.snapshot.reconcile import LogState
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["POSITION_KEY", "StateConflictError", "StateStore", "StreamState"]
+__all__ = ["POSITION_KEY", "RESET_KEY", "StateConflictError", "StateStore", "StreamState"]
 
 log = logging.getLogger(__name__)
 
 POSITION_KEY = "position.json"
+RESET_KEY = "reset.json"
 SNAPSHOT_DIR = "snapshots/"
 _FORMAT = 1
+#: The temporary files a local store's atomic write leaves beside its target if killed
+#: (:meth:`LocalStore.put <deltastream.storage.local.LocalStore.put>`: ``.{name}.XXXXXXXX.tmp``).
+_TEMP_FILE = re.compile(rf"\.(?:{re.escape(POSITION_KEY)}|{re.escape(RESET_KEY)})\..+\.tmp")
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,34 @@ class StreamState:
             raise CorruptFileError(source, f"not a valid stream state: {e}") from None
 
 
+@dataclass(frozen=True)
+class ResetRecord:
+    """What ``reset.json`` holds: which stream, into which sink, is being reset."""
+
+    stream: str
+    sink_spec: str
+    started_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": _FORMAT,
+            "stream": self.stream,
+            "sink_spec": self.sink_spec,
+            "started_ms": self.started_ms,
+        }
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> ResetRecord | None:
+        """The record, or ``None`` if it cannot be read (torn, foreign)."""
+        try:
+            value = json.loads(raw)
+            if value.get("format") != _FORMAT:
+                return None
+            return cls(str(value["stream"]), str(value["sink_spec"]), int(value["started_ms"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
 def snapshot_key(version: int) -> str:
     return f"{SNAPSHOT_DIR}{version:020d}.checkpoint.parquet"
 
@@ -127,6 +167,7 @@ class StateStore:
         stream starts its sink's output afresh. So is a directory that holds saved table
         states but no position (``position.json`` was removed: the position is lost).
         """
+        await self._refuse_unfinished_reset()
         source = self.store.uri_for(POSITION_KEY)
         try:
             raw, self._tag = await self.store.get_tagged(POSITION_KEY)
@@ -193,10 +234,65 @@ class StateStore:
             lambda: IncrementalState.from_log_state(state, version, auto_compact=False)
         )
 
+    async def _reset_record(self) -> tuple[bool, ResetRecord | None]:
+        """Whether ``reset.json`` exists, and what it says (``None``: unreadable)."""
+        try:
+            raw = await self.store.get(RESET_KEY)
+        except ObjectNotFoundError:
+            return False, None
+        return True, ResetRecord.from_json(raw)
+
+    async def _refuse_unfinished_reset(self) -> None:
+        exists, record = await self._reset_record()
+        if not exists:
+            return
+        if record is None:
+            finish = (
+                "run 'deltastream reset' again with this --state and the stream's --sink and "
+                "--name to finish it"
+            )
+            what = "a reset of this stream"
+        else:
+            command = StreamRef(record.stream, self.uri).reset_command(record.sink_spec)
+            finish = f"run the reset again to finish it: {command}"
+            what = f"a reset of stream {record.stream!r} (sink {record.sink_spec})"
+        raise ResetIncompleteError(
+            self.store.uri_for(RESET_KEY),
+            f"{what} was started and did not finish: the stream's output and state in "
+            f"{self.uri} may be partly removed, so the stream cannot resume from them; {finish}",
+        )
+
+    async def begin_reset(self, stream: str, sink_spec: str) -> None:
+        """Durably record that stream ``stream`` (into ``sink_spec``) is being reset, before
+        anything is removed: until :meth:`reset` finishes, :meth:`load` refuses. A reset of
+        another stream or sink left unfinished here is refused: it must be finished first."""
+        exists, record = await self._reset_record()
+        if (
+            exists
+            and record is not None
+            and (record.stream, record.sink_spec)
+            != (
+                stream,
+                sink_spec,
+            )
+        ):
+            command = StreamRef(record.stream, self.uri).reset_command(record.sink_spec)
+            raise ResetIncompleteError(
+                self.store.uri_for(RESET_KEY),
+                f"a reset of stream {record.stream!r} (sink {record.sink_spec}) was started and "
+                f"did not finish; finish it first: {command}",
+            )
+        record = ResetRecord(stream, sink_spec, int(time.time() * 1000))
+        await self.store.put(RESET_KEY, json.dumps(record.to_json(), sort_keys=True).encode())
+        crash_point("reset.marked")
+
     async def reset(self) -> list[str]:
-        """Delete the stream's state (its position and saved table states); what was
-        deleted. The position goes last: a reset cut short is simply run again."""
+        """Delete the stream's state (its position, saved table states, and temporary files
+        a killed write left), then the record :meth:`begin_reset` wrote; what was deleted."""
         removed = [meta.key async for meta in self.store.list_from(SNAPSHOT_DIR)]
+        removed += [
+            meta.key async for meta in self.store.list_from("") if _TEMP_FILE.fullmatch(meta.key)
+        ]
         for key in removed:
             await self.store.delete(key)
         try:
@@ -206,6 +302,8 @@ class StateStore:
         else:
             await self.store.delete(POSITION_KEY)
             removed.append(POSITION_KEY)
+        crash_point("reset.state")
+        await self.store.delete(RESET_KEY)
         self._tag = ""
         return [self.store.uri_for(key) for key in removed]
 

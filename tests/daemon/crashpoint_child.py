@@ -1,11 +1,13 @@
-"""The process a crash-point test starts, and stops at a crash point: one tailer, one sink.
+"""The process a crash-point test starts, and stops at a crash point: one tailer, one sink
+(or, for ``action="reset"``, one reset of the stream).
 
 Children are forked from a forkserver that has imported deltastream once, so a run costs
 tens of milliseconds rather than an interpreter start. Each child arms the crash point
 through the environment variable (read the first time a point is passed), follows the table
 with a small ``max_rows_per_delivery`` (so that crashes land inside versions and snapshots)
 and exits 0 when done, :data:`~deltastream.daemon.crashpoints.CRASH_EXIT_STATUS` at the
-crash, or 1 (with a traceback on stderr) on any error.
+crash, or 1 (with a traceback on stderr, and the error's class and message in the job's
+``error_file`` if it names one) on any error.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import anyio
 
 from deltastream.daemon.crashpoints import CRASH_ENV
 from deltastream.daemon.delivery import Delivery, Sink
+from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.sinks import CallbackSink, parse_sink
 from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
 
@@ -44,6 +47,10 @@ class Job:
     #: Follow mode: stop once every version up to this one is delivered.
     latest: int
     crash: str = ""
+    #: ``tail`` (follow the table) or ``reset`` (reset the stream).
+    action: str = "tail"
+    #: Where to write ``{"class": …, "message": …}`` of the error a failing run raises.
+    error_file: str = ""
 
 
 def change_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -67,11 +74,15 @@ class _Recorder:
 
 def _sink(spec: str) -> Sink:
     if spec.startswith(CALLBACK):
-        return CallbackSink(_Recorder(spec.removeprefix(CALLBACK)))
+        return CallbackSink(_Recorder(spec.removeprefix(CALLBACK)), description=spec)
     return parse_sink(spec, table=STREAM)
 
 
 async def _main(job: Job) -> None:
+    if job.action == "reset":
+        async with _sink(job.sink) as sink:
+            await reset_stream(STREAM, sink, job.state)
+        return
     config = TailConfig(
         name=STREAM,
         uri=job.uri,
@@ -109,9 +120,15 @@ def _child(job: Job) -> None:
     os.environ[CRASH_ENV] = job.crash
     try:
         anyio.run(_main, job)
-    except BaseException:
+    except BaseException as e:
         traceback.print_exc()
         sys.stderr.flush()
+        if job.error_file:
+            error: BaseException = e
+            while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+                error = error.exceptions[0]  # what a task group wraps
+            with open(job.error_file, "w") as f:
+                json.dump({"class": type(error).__name__, "message": str(error)}, f)
         os._exit(1)
     os._exit(0)
 
@@ -125,7 +142,12 @@ def run_job(job: Job, timeout: float = 60.0) -> int:
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(
-            ["crashpoint_child", "deltastream.daemon.tailer", "deltastream.daemon.sinks"]
+            [
+                "crashpoint_child",
+                "deltastream.daemon.tailer",
+                "deltastream.daemon.sinks",
+                "deltastream.daemon.reset",
+            ]
         )
     process = _context.Process(target=_child, args=(job,))
     process.start()

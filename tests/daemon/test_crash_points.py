@@ -10,6 +10,11 @@ with the rows of a run that never crashed (itself checked against delta-rs):
 * ``http``, ``exec`` and the callback: every row at least once, and every repeat in a
   delivery with the same idempotency key and the same rows (so a receiver that drops keys it
   has seen gets exactly the reference rows).
+
+Then the reset (``deltastream reset``), stopped at each of its points (after it recorded
+itself, after each output file it removed, after the state), once and twice in a row, for
+every sink: the stream refuses to start (``ResetIncompleteError``, touching nothing) until the
+reset is run again, and then delivers every row from the start exactly as the reference run.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from crashpoint_child import CALLBACK, Job, change_tuple, run_job
+from crashpoint_child import CALLBACK, STREAM, Job, change_tuple, run_job
 from deltalake import DeltaTable, write_deltalake
 from tailing import CDF, SMALL_GROUPS, batch
 
@@ -144,10 +149,13 @@ class SinkKind:
     points: frozenset[str]
 
 
-AT_LEAST_ONCE_POINTS = POINTS - {"sink.after-fsync"}
+#: The points a reset passes (the other points are the delivery protocol's).
+RESET_POINTS = frozenset(p for p in POINTS if p.startswith("reset."))
+DELIVERY_POINTS = POINTS - RESET_POINTS
+AT_LEAST_ONCE_POINTS = DELIVERY_POINTS - {"sink.after-fsync"}
 SINKS = {
-    "jsonl": SinkKind("jsonl", True, POINTS),
-    "parquet": SinkKind("parquet", True, POINTS),
+    "jsonl": SinkKind("jsonl", True, DELIVERY_POINTS),
+    "parquet": SinkKind("parquet", True, DELIVERY_POINTS),
     "http": SinkKind("http", False, AT_LEAST_ONCE_POINTS),
     "exec": SinkKind("exec", False, AT_LEAST_ONCE_POINTS),
     "callback": SinkKind("callback", False, AT_LEAST_ONCE_POINTS),
@@ -165,7 +173,7 @@ NTH_PASS = {
     "state.snapshot-write": 1,
     "state.snapshot-prune": 1,
 }
-assert set(NTH_PASS) == POINTS
+assert set(NTH_PASS) == DELIVERY_POINTS
 
 
 def crash_counts(mode: str, point: str) -> tuple[int, ...]:
@@ -273,6 +281,10 @@ def test_every_point_is_covered() -> None:
     covered = {(s, p) for s, _, p in (c.values for c in cases())}
     for kind in SINKS.values():
         assert {p for s, p in covered if s == kind.name} == kind.points
+    reset_covered = {(s, p) for s, p, _ in (c.values for c in reset_cases())}
+    for kind in SINKS.values():
+        expected = RESET_POINTS if kind.exactly_once else RESET_POINTS - {"reset.output-file"}
+        assert {p for s, p in reset_covered if s == kind.name} == expected
 
 
 def test_a_repeat_after_new_commits_keeps_its_deliveries_and_keys(tmp_path: Path) -> None:
@@ -291,3 +303,85 @@ def test_a_repeat_after_new_commits_keeps_its_deliveries_and_keys(tmp_path: Path
     (key1, rows1), (key2, rows2), (_, rows3) = keyed_deliveries("callback", work, HttpReceiver())
     assert key1 == key2 and rows1 == rows2 == [(1, "insert", 100, "x100", "p1")]
     assert sorted(rows3) == [(2, "insert", 200, "x200", "p2"), (2, "insert", 201, "x201", "p0")]
+
+
+# ---------------------------------------------------------------------------- resets
+
+#: Which pass of a reset point to crash at: the per-file point after the first, the second
+#: and the twentieth of the parquet sink's files (the jsonl sink has one file).
+RESET_PASSES = {
+    "jsonl": {"reset.marked": (1,), "reset.output-file": (1,), "reset.state": (1,)},
+    "parquet": {"reset.marked": (1,), "reset.output-file": (1, 2, 20), "reset.state": (1,)},
+}
+
+
+def reset_cases() -> Iterator[Any]:
+    for sink in SINKS.values():
+        passes = RESET_PASSES.get(sink.name, {"reset.marked": (1,), "reset.state": (1,)})
+        for point, nths in passes.items():
+            for nth in nths:
+                yield pytest.param(sink.name, point, nth, id=f"{sink.name}-{point}-{nth}")
+
+
+def output_files(work: Path) -> dict[str, bytes]:
+    """Every file of the stream's output and state, and its bytes."""
+    return {
+        str(p.relative_to(work)): p.read_bytes()
+        for p in sorted(work.rglob("*"))
+        if p.is_file() and p.name != "error.json"
+    }
+
+
+@pytest.mark.parametrize(("sink", "point", "nth"), list(reset_cases()))
+def test_a_reset_killed_at_each_point_blocks_the_stream_until_run_again(
+    sink: str,
+    point: str,
+    nth: int,
+    table: str,
+    reference: dict[str, list[Row]],
+    http_server: tuple[str, HttpReceiver],
+    tmp_path: Path,
+) -> None:
+    url, receiver = http_server
+    (tmp_path / "exec").mkdir()
+    spec = sink_spec(sink, tmp_path, url)
+    stream = job(table, tmp_path, "version", spec)
+    reset = replace(stream, action="reset")
+    assert run_job(stream) == 0
+    files = len(list((tmp_path / "parquet").glob("*.parquet"))) if sink == "parquet" else 1
+    assert sink != "parquet" or files > 20
+    # Killed once, then killed again at the same point by the rerun, where the rerun still
+    # passes it (the files the first run removed are gone).
+    crashes = 2 if point != "reset.output-file" or files - nth >= nth else 1
+    for i in range(crashes):
+        status = run_job(replace(reset, crash=f"{point}:{nth}"))
+        assert status == CRASH_EXIT_STATUS, f"reset {i + 1} did not reach {point}: {status}"
+    before = output_files(tmp_path)
+    error_file = tmp_path / "error.json"
+    assert run_job(replace(stream, error_file=str(error_file))) == 1
+    state = stream.state
+    command = ["deltastream", "reset", "--state", state, "--sink", spec, "--name", STREAM]
+    assert json.loads(error_file.read_text()) == {
+        "class": "ResetIncompleteError",
+        "message": (
+            f"{state}/reset.json: a reset of stream {STREAM!r} (sink {spec}) was started and "
+            f"did not finish: the stream's output and state in {state} may be partly removed, "
+            "so the stream cannot resume from them; run the reset again to finish it: "
+            + shlex.join(command)
+        ),
+    }
+    assert output_files(tmp_path) == before, "the refused start touched something"
+    assert run_job(reset) == 0  # finishes it
+    assert not (Path(state) / "reset.json").exists()
+    assert not list(Path(state).glob(".*.tmp"))
+    # Delivered again from the start, each row once (what at-least-once sinks received
+    # before the reset is theirs to keep: only the new run is compared).
+    with receiver.lock:
+        receiver.deliveries.clear()
+    for old in [*(tmp_path / "exec").iterdir(), tmp_path / "callback.jsonl"]:
+        old.unlink(missing_ok=True)
+    assert run_job(stream) == 0
+    if SINKS[sink].exactly_once:
+        assert exactly_once_rows(sink, tmp_path) == reference["version"]
+    else:
+        check_at_least_once(keyed_deliveries(sink, tmp_path, receiver), reference["version"])

@@ -5,6 +5,8 @@ two streams). Each runs the real tailer, and the command line where the user wou
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +22,9 @@ from tailing import CDF, SMALL_GROUPS, batch, change_key, run_tailer_until
 
 from deltastream.cli import run
 from deltastream.daemon.config import parse_config
+from deltastream.daemon.crashpoints import CRASH_ENV, CRASH_EXIT_STATUS
+from deltastream.daemon.delivery import Position, StreamRef
+from deltastream.daemon.sink_marker import OutputMarker
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
 from deltastream.errors import InvalidArgumentError
@@ -256,12 +261,170 @@ def test_reset_starts_a_stream_over_knowingly(
     assert tail(table, "--state", str(other), *args, "--reset") == 0
     assert out.read_bytes() == content  # delivered afresh, once
     capsys.readouterr()
-    assert run(["reset", "--state", str(state), "--sink", f"jsonl:{out}", "--name", "out"]) == 0
+    assert run(["reset", "--state", str(state), "--sink", f"jsonl:{out}", "--name", "table"]) == 0
     removed = json.loads(capsys.readouterr().out)["removed"]
     assert any(str(out) in r for r in removed) and any("position.json" in r for r in removed)
     assert not out.exists() and not (state / "position.json").exists()
     assert tail(table, "--state", str(state), *args) == 0
     assert out.read_bytes() == content
+
+
+def files_of(*directories: Path) -> dict[str, bytes]:
+    return {
+        str(p): p.read_bytes() for d in directories for p in sorted(d.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_committed_parquet_file_deleted_by_hand_stops_the_stream(
+    table: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's reproduction without a reset: the stream used to resume, rows missing."""
+    state, out = tmp_path / "state", tmp_path / "out"
+    args = ("--mode", "snapshot", "--max-rows-per-delivery", "10", "--name", "events")
+    args += ("--state", str(state), "--sink", f"parquet:{out}")
+    assert tail(table, *args) == 0
+    files = sorted(out.glob("*.parquet"))
+    assert len(files) > 5
+    gone = files[2]
+    size, total = gone.stat().st_size, sum(f.stat().st_size for f in files)
+    gone.unlink()
+    kept = files_of(out, state)
+    position = Position.from_json(json.loads((state / "position.json").read_text())["position"])
+    capsys.readouterr()
+    assert tail(table, *args) == 2
+    assert one_line_error(capsys) == (
+        f"deltastream: error: {out}: holds {len(files) - 1} file(s) ({total - size} bytes) of "
+        f"stream 'events' before the committed position ({position}) in {state}, but "
+        f"{len(files)} ({total} bytes) were committed: committed output was removed or changed "
+        f"behind the stream's back; missing: {gone.name}; nothing was touched. Restore the "
+        "files, or to discard the stream's output and start over: "
+        + StreamRef("events", str(state)).reset_command(f"parquet:{out}")
+    )
+    assert files_of(out, state) == kept
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_reset_killed_half_way_blocks_tail_until_reset_again(
+    table: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue: ``reset`` killed after the first output file is gone, the state still there.
+    ``tail`` now refuses (exit 2, one line), touching nothing, until ``reset`` is run again."""
+    state = tmp_path / "state"
+    spec = f"jsonl:{tmp_path / 'out.jsonl'}" if kind == "jsonl" else f"parquet:{tmp_path / 'out'}"
+    args = ("--mode", "snapshot", "--max-rows-per-delivery", "10", "--name", "events")
+    args += ("--state", str(state), "--sink", spec)
+    assert tail(table, *args) == 0
+    reset = ["reset", "--state", str(state), "--sink", spec, "--name", "events"]
+    killed = subprocess.run(
+        [sys.executable, "-m", "deltastream", *reset],
+        env={**os.environ, CRASH_ENV: "reset.output-file:1"},
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == CRASH_EXIT_STATUS, killed.stderr
+    assert (state / "position.json").exists()  # the state is still there
+    left = files_of(tmp_path)
+    capsys.readouterr()
+    assert tail(table, *args) == 2
+    command = shlex.join(["deltastream", *reset])
+    assert one_line_error(capsys) == (
+        f"deltastream: error: {state}/reset.json: a reset of stream 'events' (sink {spec}) was "
+        f"started and did not finish: the stream's output and state in {state} may be partly "
+        "removed, so the stream cannot resume from them; run the reset again to finish it: "
+        + command
+    )
+    assert files_of(tmp_path) == left
+    if kind == "parquet":
+        # Even with the reset's record lost, the stream would not resume past the hole.
+        record = (state / "reset.json").read_bytes()
+        (state / "reset.json").unlink()
+        capsys.readouterr()
+        assert tail(table, *args) == 2
+        line = one_line_error(capsys)
+        assert "committed output was removed or changed" in line and "missing: events-" in line
+        (state / "reset.json").write_bytes(record)
+    assert run(reset) == 0
+    assert not (state / "reset.json").exists()
+    assert tail(table, *args) == 0
+    rows = sink_rows(spec)
+    assert Counter(change_key(r) for r in rows) == expected(table, Mode.SNAPSHOT)
+    assert len(rows) == sum(expected(table, Mode.SNAPSHOT).values())
+
+
+def test_a_reset_never_removes_another_streams_output(
+    table: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reset of stream B pointed at stream A's output: A's parquet files (its directory
+    is shared) and A's jsonl file (B's reset is refused, touching nothing) are kept, and A
+    resumes. A reset refused because the stream runs leaves nothing behind either."""
+    out_dir, out_file = tmp_path / "out", tmp_path / "a.jsonl"
+    common = ("--mode", "snapshot", "--max-rows-per-delivery", "10")
+    for spec, state in ((f"parquet:{out_dir}", "a-p"), (f"jsonl:{out_file}", "a-j")):
+        assert (
+            tail(table, *common, "--name", "a", "--state", str(tmp_path / state), "--sink", spec)
+            == 0
+        )
+    a_files = files_of(out_dir, tmp_path / "a-p")
+    assert (
+        run(
+            [
+                "reset",
+                "--state",
+                str(tmp_path / "b-p"),
+                "--sink",
+                f"parquet:{out_dir}",
+                "--name",
+                "b",
+            ]
+        )
+        == 0
+    )
+    assert files_of(out_dir, tmp_path / "a-p") == a_files
+
+    a_jsonl = out_file.read_bytes()
+    b_state = tmp_path / "b-j"
+    capsys.readouterr()
+    assert (
+        run(["reset", "--state", str(b_state), "--sink", f"jsonl:{out_file}", "--name", "b"]) == 2
+    )
+    assert one_line_error(capsys) == (
+        f"deltastream: error: {out_file}: is the output of stream 'a' (state {tmp_path / 'a-j'}), "
+        "not of 'b': a reset of 'b' leaves it alone; nothing was touched. To start 'a' over: "
+        + StreamRef("a", str(tmp_path / "a-j")).reset_command(f"jsonl:{out_file}")
+    )
+    assert out_file.read_bytes() == a_jsonl and not b_state.exists()
+    # ... nor does stream B take it over by starting on it.
+    assert (
+        tail(table, *common, "--name", "b", "--state", str(b_state), "--sink", f"jsonl:{out_file}")
+        == 2
+    )
+    assert "has no position" in one_line_error(capsys) and out_file.read_bytes() == a_jsonl
+    for spec, state in ((f"parquet:{out_dir}", "a-p"), (f"jsonl:{out_file}", "a-j")):
+        assert (
+            tail(table, *common, "--name", "a", "--state", str(tmp_path / state), "--sink", spec)
+            == 0
+        )
+        rows = sink_rows(spec)
+        assert Counter(change_key(r) for r in rows) == expected(table, Mode.SNAPSHOT)
+
+    # A reset of a running stream (it holds the output's lock) is refused before it records
+    # itself: the stream's next start is not blocked by a reset that never began.
+    a_state = tmp_path / "a-j"
+    running = OutputMarker(tmp_path / ".a.jsonl.deltastream", str(out_file))
+    running.acquire(StreamRef("a", str(a_state)))
+    try:
+        content = out_file.read_bytes()
+        capsys.readouterr()
+        reset_a = ["reset", "--state", str(a_state), "--sink", f"jsonl:{out_file}", "--name", "a"]
+        assert run(reset_a) == 2
+        assert "is being written by stream 'a'" in one_line_error(capsys)
+    finally:
+        running.release()
+    assert out_file.read_bytes() == content and not (a_state / "reset.json").exists()
+    assert (
+        tail(table, *common, "--name", "a", "--state", str(a_state), "--sink", f"jsonl:{out_file}")
+        == 0
+    )
 
 
 # ------------------------------------------------------------------ one writer per sink

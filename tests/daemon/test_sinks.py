@@ -165,6 +165,11 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 REF = StreamRef("orders", "/var/lib/ds/orders")
 
 
+def contents(directory: Path) -> dict[str, bytes]:
+    """Every file in the directory (markers too) and its bytes."""
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
 def marker_of(path: Path) -> Path:
     return path.parent / f".{path.name}.deltastream"
 
@@ -387,8 +392,9 @@ async def test_parquet_writes_one_file_per_delivery(tmp_path: Path) -> None:
         assert sink.guarantee == "exactly-once"
         assert sink.description == f"parquet:{out}"
         await sink.recover(REF, None, {})
-        for d in (D1, D2, D3, EMPTY):
-            assert await sink.deliver(d) == {"table": "orders"}
+        states = [await sink.deliver(d) for d in (D1, D2, D3, EMPTY)]
+    assert [s["table"] for s in states] == ["orders"] * 4
+    assert [s["files"] for s in states] == [1, 2, 3, 3]  # the empty delivery writes none
     assert names(out) == [parquet_file_name(d) for d in (D1, D2, D3)]
     assert read_parquet_rows(out) == rows_of(D1, D2, D3)
     # The whole directory reads back as the stream, each row once (the marker is hidden).
@@ -402,9 +408,12 @@ async def test_parquet_repeated_delivery_overwrites_itself(tmp_path: Path) -> No
     async with ParquetSink(tmp_path) as sink:
         await sink.recover(REF, None, {})
         await sink.deliver(D1)
-        await sink.deliver(D1)
+        state = await sink.deliver(D1)
     assert names(tmp_path) == [parquet_file_name(D1)]
     assert read_parquet_rows(tmp_path) == rows_of(D1)
+    assert state["files"] == 1  # replaced, not added: the state still matches the directory
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(REF, D1.end, state)
 
 
 OTHER = StreamRef("other", "/var/lib/ds/other")
@@ -463,6 +472,64 @@ async def test_parquet_refuses_files_it_cannot_prove_uncommitted(tmp_path: Path)
     # Another stream's files in the same directory are no obstacle to a new stream.
     async with ParquetSink(tmp_path) as other:
         await other.recover(OTHER, None, {})
+
+
+async def test_parquet_recovery_finds_committed_files_missing_or_changed(
+    tmp_path: Path,
+) -> None:
+    """A committed file deleted or changed behind the stream's back (by hand, by a reset cut
+    short) stops the stream, naming the file; nothing is touched."""
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(REF, None, {})
+        states = [await sink.deliver(d) for d in (D1, D2, D3)]
+    committed = states[-1]
+    f1, f2, f3 = (tmp_path / parquet_file_name(d) for d in (D1, D2, D3))
+    saved = {p: p.read_bytes() for p in (f1, f2, f3)}
+
+    async def refused(problem: str) -> str:
+        before = contents(tmp_path)
+        sink = ParquetSink(tmp_path)
+        with pytest.raises(SinkRecoveryError) as caught:
+            await sink.recover(REF, D3.end, committed)
+        await sink.aclose()
+        message = str(caught.value)
+        assert message.startswith(f"{tmp_path}: holds ") and problem in message, message
+        assert "nothing was touched" in message
+        assert f"deltastream reset --state {REF.state_uri} --sink parquet:{tmp_path}" in message
+        assert contents(tmp_path) == before
+        return message
+
+    f2.unlink()  # a file in the middle: named by the file after it
+    message = await refused(f"missing: {f2.name};")
+    assert "holds 2 file(s)" in message and "but 3 (" in message and "v7" in message
+    f2.write_bytes(saved[f2])
+    f3.unlink()  # the last one: named by the state
+    await refused(f"missing: {f3.name};")
+    f3.write_bytes(saved[f3])
+    f1.write_bytes(saved[f1] + b"x")  # changed size
+    size = len(saved[f1])
+    await refused(f"changed: {f1.name} ({size + 1} bytes, {size} committed);")
+    f1.write_bytes(saved[f1])
+    f1.unlink()
+    f2.unlink()  # two in a row: the count says so, the last of them is named
+    message = await refused(f"missing: {f2.name};")
+    assert "holds 1 file(s)" in message
+    f1.write_bytes(saved[f1])
+    f2.write_bytes(saved[f2])
+    # Restored: the stream resumes. A state from before committed files were recorded (no
+    # ``files``) is not checked, and no false alarm; a damaged record is refused.
+    for state in (committed, {"table": "orders"}):
+        async with ParquetSink(tmp_path) as sink:
+            await sink.recover(REF, D3.end, state)
+    with pytest.raises(SinkRecoveryError, match="no valid record of the committed files"):
+        await ParquetSink(tmp_path).recover(REF, D3.end, {**committed, "files": "3"})
+    # After resuming from an old state, the next commit records every file.
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(REF, D3.end, {"table": "orders"})
+        later = await sink.deliver(make_delivery(Position(7), Position(8), [batch(7, [8])]))
+    assert later["files"] == 4
+    async with ParquetSink(tmp_path) as sink:
+        await sink.recover(REF, Position(8), later)
 
 
 async def test_parquet_sink_checks_its_stream(tmp_path: Path) -> None:
@@ -524,7 +591,13 @@ async def test_parquet_and_jsonl_files_get_the_permissions_the_umask_leaves(
 async def test_parquet_empty_delivery_writes_nothing(tmp_path: Path) -> None:
     async with ParquetSink(tmp_path / "out") as sink:
         await sink.recover(REF, None, {})
-        assert await sink.deliver(EMPTY) == {"table": "orders"}
+        assert await sink.deliver(EMPTY) == {
+            "table": "orders",
+            "files": 0,
+            "bytes": 0,
+            "digest": "",
+            "last": None,
+        }
     assert names(tmp_path / "out") == []
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,8 +17,13 @@ from deltastream.daemon.delivery import Position
 from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.metrics_exposition import render_prometheus
 from deltastream.daemon.progress import TerminalProgress
-from deltastream.daemon.state import POSITION_KEY, StateStore, StreamState
-from deltastream.errors import CorruptFileError, InvalidArgumentError, StateConflictError
+from deltastream.daemon.state import POSITION_KEY, RESET_KEY, StateStore, StreamState
+from deltastream.errors import (
+    CorruptFileError,
+    InvalidArgumentError,
+    ResetIncompleteError,
+    StateConflictError,
+)
 from deltastream.snapshot.incremental import IncrementalState
 from deltastream.snapshot.loader import load_table_state
 from deltastream.storage import open_store
@@ -59,6 +65,67 @@ async def test_commit_fences_off_a_second_tailer(tmp_path: Path) -> None:
         assert again is not None and again.position == Position(4)
         with pytest.raises(InvalidArgumentError, match="before load"):
             await StateStore(store).commit(state)
+
+
+@pytest.fixture(params=["local", "s3"])
+def state_dir(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """A state directory, local or on S3 (moto), and its storage options."""
+    if request.param == "local":
+        return str(tmp_path / "state"), {}
+    bucket: Any = request.getfixturevalue("s3_bucket")
+    return bucket.uri("state/orders"), dict(bucket.storage_options)
+
+
+@pytest.mark.anyio
+async def test_an_unfinished_reset_blocks_the_stream_until_it_is_run_again(
+    state_dir: tuple[str, dict[str, str]],
+) -> None:
+    uri, options = state_dir
+    async with open_store(uri, options) as store:
+        states = StateStore(store)
+        assert await states.load() is None
+        await states.commit(StreamState("/t", "id-1", Position(3), sink_spec="jsonl:/o.jsonl"))
+        await store.put("snapshots/00000000000000000003.checkpoint.parquet", b"PAR1")
+        # What a local write killed before its rename leaves (also cleaned up on S3).
+        stray = [".position.json.k2j3h4.tmp", ".reset.json.a1b2c3.tmp"]
+        for key in stray:
+            await store.put(key, b"{")
+        await store.put(".notes.tmp", b"not the state store's")
+        await states.begin_reset("orders", "jsonl:/o.jsonl")
+        record = store.uri_for(RESET_KEY)
+        for _ in range(2):  # the refusal holds, however often the stream is started
+            with pytest.raises(ResetIncompleteError) as caught:
+                await StateStore(store).load()
+            assert str(caught.value) == (
+                f"{record}: a reset of stream 'orders' (sink jsonl:/o.jsonl) was started and did "
+                f"not finish: the stream's output and state in {store.root_uri} may be partly "
+                "removed, so the stream cannot resume from them; run the reset again to finish "
+                f"it: deltastream reset --state {store.root_uri} --sink jsonl:/o.jsonl "
+                "--name orders"
+            )
+        # A reset of another stream or sink must not bury this one.
+        for other in (("other", "jsonl:/o.jsonl"), ("orders", "jsonl:/elsewhere.jsonl")):
+            with pytest.raises(ResetIncompleteError, match="finish it first: deltastream reset"):
+                await StateStore(store).begin_reset(*other)
+        # The same reset again finishes it (and may be begun again first, as a rerun does).
+        await states.begin_reset("orders", "jsonl:/o.jsonl")
+        removed = await states.reset()
+        assert sorted(removed) == sorted(
+            store.uri_for(k)
+            for k in [
+                *stray,
+                "snapshots/00000000000000000003.checkpoint.parquet",
+                POSITION_KEY,
+            ]
+        )
+        keys = [m.key async for m in store.list_from("")]
+        assert keys == [".notes.tmp"]
+        assert [m.key async for m in store.list_from("snapshots/")] == []
+        assert await StateStore(store).load() is None
+        # An unreadable record still blocks, and says how to finish.
+        await store.put(RESET_KEY, b"{torn")
+        with pytest.raises(ResetIncompleteError, match="run 'deltastream reset' again with this"):
+            await StateStore(store).load()
 
 
 @pytest.mark.anyio

@@ -37,13 +37,17 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
   order) and writes it to a hidden temporary file that is fsynced and renamed into place.
   ``recover`` deletes this stream's leftover temporary files, and its one file starting at
   the committed position if the marker shows that delivery was in flight; files of other
-  streams in the same directory are left alone. The state is ``{"table": name}``. Readers
+  streams in the same directory are left alone. The state is ``{"table": name}`` and a
+  bounded summary of the files so far (count, bytes, a digest of names and sizes, the last
+  one), which ``recover`` checks the files before the committed position against: a file
+  missing or of another size is named (each file's footer names the one before it). Readers
   should ignore names starting with ``.`` (pyarrow, Spark and most tools do).
 * Anything else (output when the state has no position, output past the committed position
   that no in-flight delivery explains, a file shorter or other than the one committed) raises
   :class:`~deltastream.errors.SinkRecoveryError` and touches nothing: the state may have been
   lost or restored from an older copy. :meth:`Sink.reset` (``deltastream reset``) discards a
-  stream's output when the user decides to start over.
+  stream's output when the user decides to start over (never another stream's: a jsonl file
+  whose marker names another stream is refused).
 
 At-least-once sinks may see rows again after a crash. The tailer makes the repeat identical:
 it commits where a round of deliveries ends before the round's first delivery, and a restart

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import re
-import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -50,17 +50,27 @@ def _unlink_quietly(path: str | Path) -> None:
         os.unlink(path)
 
 
-def _write_parquet_atomically(delivery: Delivery, target: Path, *, durable: bool) -> None:
+def _write_parquet_atomically(
+    delivery: Delivery,
+    target: Path,
+    *,
+    durable: bool,
+    metadata: Mapping[bytes, bytes] | None = None,
+) -> None:
     """Write the delivery's rows to ``target`` through a hidden temporary file beside it
     (``.{name}.XXXXXXXX.tmp``), renamed into place once complete (and, if ``durable``,
     fsynced first, with the directory fsynced after: then it passes the crash points
-    ``sink.after-write`` and ``sink.after-fsync``)."""
+    ``sink.after-write`` and ``sink.after-fsync``). ``metadata``: added to the schema's
+    key-value metadata in the file's footer."""
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
+    schema = delivery.schema
+    if metadata:
+        schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
     # Readable as the umask allows, like the jsonl sink's files (mkstemp would make it 0600).
     tmp = create_temp_file(directory, f".{target.name}.", ".tmp")
     try:
-        with pq.ParquetWriter(tmp, delivery.schema) as writer:
+        with pq.ParquetWriter(tmp, schema) as writer:
             for batch in delivery.batches:
                 if batch.num_rows:
                     writer.write_batch(batch)
@@ -102,7 +112,4 @@ def _temp_target(name: str) -> str | None:
 
 
 def _reset_hint(stream: StreamRef, spec: str) -> str:
-    command = shlex.join(
-        ["deltastream", "reset", "--state", stream.state_uri, "--sink", spec, "--name", stream.name]
-    )
-    return f"to discard the stream's output and start over: {command}"
+    return f"to discard the stream's output and start over: {stream.reset_command(spec)}"

@@ -8,7 +8,7 @@ import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,6 +22,7 @@ from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, log
 from deltastream.errors import (
     InvalidArgumentError,
     OutputClosedError,
+    SinkInUseError,
     SinkRecoveryError,
     StorageError,
 )
@@ -242,6 +243,33 @@ class JsonlSink(Sink):
             buffer.flush()
         out.flush()
 
+    def _claim_for_reset(self, path: Path, marker: OutputMarker, stream: StreamRef) -> None:
+        """Lock the output for a reset of ``stream``; refused (and released) if it is
+        another stream's: the marker names the stream that wrote it last."""
+        intent = marker.acquire(stream)
+        if intent is not None and intent.stream != stream.name and path.exists():
+            marker.release()
+            owner = StreamRef(intent.stream, intent.state)
+            raise SinkInUseError(
+                str(path),
+                f"is the output of stream {intent.stream!r} (state {intent.state}), not of "
+                f"{stream.name!r}: a reset of {stream.name!r} leaves it alone; nothing was "
+                f"touched. To start {intent.stream!r} over: {owner.reset_command(self._spec)}",
+            )
+
+    @contextlib.asynccontextmanager
+    async def reset_lock(self, stream: StreamRef) -> AsyncIterator[None]:
+        path, marker = self.path, self._marker
+        if path is None or marker is None:
+            yield
+            return
+        self._close_file()
+        await anyio.to_thread.run_sync(self._claim_for_reset, path, marker, stream)
+        try:
+            yield
+        finally:
+            marker.release()
+
     async def reset(self, stream: StreamRef) -> list[str]:
         path, marker = self.path, self._marker
         if path is None or marker is None:
@@ -249,13 +277,14 @@ class JsonlSink(Sink):
 
         def discard() -> list[str]:
             self._close_file()
-            marker.acquire(stream)
+            self._claim_for_reset(path, marker, stream)
             removed = []
             try:
                 with contextlib.suppress(FileNotFoundError):
                     size = path.stat().st_size
                     path.unlink()
                     removed.append(f"{path} ({size} bytes)")
+                    crash_point("reset.output-file")
             finally:
                 marker.release(remove=True)
             fsync_path(path.parent)
