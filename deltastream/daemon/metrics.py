@@ -127,9 +127,10 @@ class TableMetrics:
 
     name: str
     uri: str
-    #: One of :data:`STREAM_STATES`.
-    status: str = "starting"
     last_error: str = ""
+    #: The table's latest version the stream knows of: from its polls, and, while a round
+    #: of deliveries takes longer than a poll interval, from the tailer's listings meanwhile
+    #: (so that the lag shows a table moving on while a sink retries).
     last_seen_version: int = -1
     last_delivered_version: int = -1
     #: Commit time (epoch ms) of the oldest version seen but not yet fully delivered.
@@ -163,6 +164,29 @@ class TableMetrics:
     #: Monotonic time of the last poll or delivery, for liveness (``None`` before any).
     last_activity_monotonic: float | None = None
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    _status: str = field(default="starting", init=False, repr=False)
+    #: Monotonic time at which the stream entered its :attr:`status`.
+    status_since: float = field(default_factory=time.monotonic, init=False)
+
+    @property
+    def status(self) -> str:
+        """One of :data:`STREAM_STATES`."""
+        return self._status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        if value != self._status:
+            self._status = value
+            self.status_since = time.monotonic()
+
+    @property
+    def last_progress_monotonic(self) -> float:
+        """Monotonic time of the stream's latest progress: its last successful poll or
+        delivery, or entering its current phase (a stream starting, or beginning its
+        snapshot, has not had the chance to poll or deliver yet). What the service's *stuck*
+        rule measures, in every phase."""
+        activity = self.last_activity_monotonic
+        return self.status_since if activity is None else max(activity, self.status_since)
 
     @property
     def polls(self) -> int:

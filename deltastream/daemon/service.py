@@ -12,10 +12,13 @@ Health (:meth:`Service.health`, served as ``/healthz``) is readiness: whether ev
 is doing its job. A stream is *degraded* when it failed for good, when it has been retrying
 (its sink's retries inside a delivery, its stores' retries, or restarts) for longer than
 ``degraded_after_seconds`` with no successful poll or delivery since, or when it restarted
-more than ``max_restarts`` times within ``restart_window_seconds``; *stuck* when it follows
-but has made no progress (and no retry explains it) for max(120 s, 10 poll intervals).
-Either makes the service unhealthy, as does stopping. Liveness (``/livez``) is only whether
-the process still serves HTTP: a down sink must not get the process restarted in a loop.
+more than ``max_restarts`` times within ``restart_window_seconds``; *stuck* when, in any
+phase (starting, snapshot, following), it has made no progress for ``stuck_after_seconds``
+(default: max(120 s, 10 poll intervals)) and no retry explains it: no successful poll or
+delivery, nor a new phase begun (a sink that never returns, a command that hangs without a
+timeout). Either makes the service unhealthy, as does stopping. Liveness (``/livez``) is
+only whether the process still serves HTTP: a down sink must not get the process restarted
+in a loop.
 
 :meth:`Service.stop` (wired to SIGTERM and SIGINT by the CLI) asks every stream to stop at
 its next delivery boundary; streams still busy after the grace period are cancelled, which
@@ -24,6 +27,7 @@ abandons their in-flight delivery (its rows were not committed, so a restart rep
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import time
@@ -58,6 +62,20 @@ _BACKOFF_BASE = 1.0
 _MAX_BACKOFF = 60.0
 #: A stream that ran this long before failing starts its backoff afresh.
 _HEALTHY_RUN = 300.0
+#: What the environment, not a bug, makes fail: a full disk or quota, a file over the size
+#: limit, missing permissions, a read-only filesystem.
+_ENVIRONMENTAL_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS}
+)
+
+
+def _expected(error: Exception) -> bool:
+    """Whether ``error`` is an expected failure, logged in one line without a traceback:
+    deltastream's own errors (which name the file and the problem) and the environmental
+    ``OSError`` exceptions that escaped being turned into one. A traceback is for the unexpected."""
+    if isinstance(error, DeltaStreamError):
+        return True
+    return isinstance(error, OSError) and error.errno in _ENVIRONMENTAL_ERRNOS
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,9 @@ class ServiceConfig:
     #: More than this many restarts of one stream within ``restart_window_seconds`` do too.
     max_restarts: int = 3
     restart_window_seconds: float = 600.0
+    #: A running stream without progress for this many seconds, with no retry to explain
+    #: it, is stuck (``None``: max(120 s, 10 of its poll intervals); see :meth:`stuck_after`).
+    stuck_after_seconds: float | None = None
 
     def __post_init__(self) -> None:
         for key in (
@@ -94,8 +115,11 @@ class ServiceConfig:
             "max_restarts",
             "restart_window_seconds",
             "log_summary_interval",
+            "stuck_after_seconds",
         ):
             value = getattr(self, key)
+            if value is None and key == "stuck_after_seconds":
+                continue
             # bool is an int, but ``true`` is no count of anything.
             if (
                 isinstance(value, bool)
@@ -118,6 +142,13 @@ class ServiceConfig:
             raise InvalidArgumentError(
                 f"each stream needs its own state directory; shared: {shared}"
             )
+
+    def stuck_after(self, tail: TailConfig) -> float:
+        """Seconds without progress after which stream ``tail`` is stuck: long enough that
+        a slow poll or a large delivery is no false alarm."""
+        if self.stuck_after_seconds is not None:
+            return self.stuck_after_seconds
+        return max(120.0, 10 * tail.poll_interval)
 
 
 class Service:
@@ -267,7 +298,7 @@ class Service:
                     name,
                     metrics.last_error,
                     backoff,
-                    exc_info=not isinstance(e, DeltaStreamError),
+                    exc_info=not _expected(e),
                     extra={
                         "stream": name,
                         "uri": stream.tail.uri,
@@ -318,11 +349,10 @@ class Service:
             if reason is not None:
                 degraded.append({"table": name, "reason": reason, "last_error": m.last_error})
                 continue
-            # Retries explain a stream's silence; only an unexplained one is "stuck".
-            limit = max(120.0, 10 * s.tail.poll_interval)
-            last = m.last_activity_monotonic
-            quiet = last is not None and now - last > limit
-            if m.status == "following" and quiet and m.retrying_since is None:
+            # Retries explain a stream's silence; only an unexplained one is "stuck", in
+            # whichever phase it is (a hang in the snapshot is as bad as one when following).
+            quiet = now - m.last_progress_monotonic > self.config.stuck_after(s.tail)
+            if m.running and quiet and m.retrying_since is None:
                 stuck.append(name)
         if self.stopping:
             status = "stopping"

@@ -36,6 +36,7 @@ from deltastream.snapshot.timestamps import parse_timestamp
 from deltastream.storage.paths import CONFINED, ExternalPaths, store_kind
 
 __all__ = [
+    "EXEC_TIMEOUT",
     "HTTP_TIMEOUT",
     "OPTIONS",
     "STREAM_NAME",
@@ -65,6 +66,10 @@ STREAM_NAME: Final = r"^[A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 #: Seconds each request of the http sink may take (``--http-timeout``, ``HttpSink(timeout=)``).
 HTTP_TIMEOUT: Final = 30.0
+#: Seconds each run of the exec sink's command may take before its process group is killed
+#: and the run retried (``--exec-timeout``, ``ExecSink(timeout=)``): a hung command must not
+#: hold a stream for ever, and an ETL job rarely needs more than minutes.
+EXEC_TIMEOUT: Final = 300.0
 
 
 class Mode(enum.Enum):
@@ -497,6 +502,15 @@ class TailConfig:
             metavar="PATH",
         ),
     ] = None
+    exec_timeout: Annotated[
+        Seconds,
+        Option(
+            "--exec-timeout",
+            "exec sink: seconds each run of the command may take; then its process group is "
+            "killed and the run retried",
+            metavar="SECONDS",
+        ),
+    ] = EXEC_TIMEOUT
 
     @property
     def resolved_http_headers(self) -> dict[str, str]:
@@ -547,6 +561,7 @@ class TailOptions(TypedDict, total=False):
     http_timeout: float
     http_verify: bool
     http_ca_bundle: str | None
+    exec_timeout: float
 
 
 # --- reading the definition ----------------------------------------------------------------

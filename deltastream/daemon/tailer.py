@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
 import anyio
@@ -183,7 +183,7 @@ class Tailer:
             try:
                 await self._start()
                 if self._committed.position.snapshot:
-                    await self._snapshot_phase()
+                    await self._watching_the_table(self._snapshot_phase)
                 if cfg.mode is not Mode.SNAPSHOT:
                     await self._follow()
             except Stopped:
@@ -362,7 +362,7 @@ class Tailer:
                 files = await self._contiguous_commits(listing, next_version)
                 if not files:
                     continue
-                await self._follow_round(files)
+                await self._watching_the_table(functools.partial(self._follow_round, files))
                 await self._follower.compact()
                 await self._maybe_save_state()
 
@@ -435,6 +435,50 @@ class Tailer:
                 self._guard.read(f)
         if round_.error is not None:
             raise round_.error
+
+    async def _watching_the_table(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` (the snapshot phase, a round) while :meth:`_watch_latest_version`
+        keeps the table's latest known version current. Its errors are raised as they are
+        (not in an exception group)."""
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_latest_version)
+            try:
+                await work()
+            except Exception as e:
+                failure = e
+            finally:
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _watch_latest_version(self) -> None:
+        """While a round runs longer than a poll interval (a sink retrying, a large
+        catch-up), list the log every poll interval from past the latest version seen, and
+        record the newest in ``metrics.last_seen_version``: the health and lag a stream
+        reports are the table's, whatever its sink is doing. Idle polling is untouched (one
+        LIST per poll). A failed listing is logged once and otherwise ignored: this is only
+        a report, and the stream's own polls and reads report the store's failures."""
+        m = self.metrics
+        warned = False
+        while True:
+            await anyio.sleep(self.config.poll_interval)
+            try:
+                listing = await list_log(self._store, m.last_seen_version + 1)
+            except Exception as e:
+                if not warned:
+                    warned = True
+                    log.warning(
+                        "%s: cannot list the log while delivering (the latest version "
+                        "reported may lag behind the table's): %s",
+                        self.config.name,
+                        e,
+                        extra={"stream": self.config.name, "error_class": type(e).__name__},
+                    )
+                continue
+            commits = listing.commits()
+            if commits:
+                m.last_seen_version = max(m.last_seen_version, max(commits))
 
     async def _fix_round(self, files: list[LogFile]) -> list[LogFile]:
         """The versions of this round, committed before its first delivery.

@@ -15,8 +15,9 @@ spec                   guarantee      what it does per delivery
 =====================  =============  ====================================================
 
 An http sink's headers (``Authorization``: ``${NAME}`` reads an environment variable), timeout
-and TLS verification are the stream's ``http_*`` settings
-(:mod:`~deltastream.daemon.stream_config`), given to :func:`parse_sink` as ``stream``.
+and TLS verification are the stream's ``http_*`` settings, and an exec sink's timeout its
+``exec_timeout`` (:mod:`~deltastream.daemon.stream_config`), given to :func:`parse_sink` as
+``stream``; without one, each sink takes the settings' defaults.
 
 How exactly-once works. The tailer commits a delivery's end position together with the state
 ``deliver`` returned, atomically, only after ``deliver`` returned. A crash can come at any
@@ -117,7 +118,8 @@ def parse_sink(
     (``work_dir``: where the exec sink writes its batch files; default a temporary directory;
     ``table``: the stream's name, which lets the parquet sink clean up after a crash already
     in ``recover``; ``stream``: the stream's settings, whose ``http_*`` ones configure an http
-    sink, the environment variables in its headers read now; other sinks ignore them)."""
+    sink, the environment variables in its headers read now, and ``exec_timeout`` an exec
+    sink; other sinks ignore them)."""
     scheme, sep, rest = spec.partition(":")
     kind = scheme.strip().lower()
     if sep and rest:
@@ -130,7 +132,9 @@ def parse_sink(
         if kind in ("http", "https"):
             return _http_sink(spec, stream)
         if kind == "exec" and rest.strip():
-            return ExecSink(rest, work_dir=work_dir)
+            if stream is None:
+                return ExecSink(rest, work_dir=work_dir)
+            return ExecSink(rest, work_dir=work_dir, timeout=stream.exec_timeout)
     if kind in SINK_KINDS:
         problem = "is incomplete"
     else:

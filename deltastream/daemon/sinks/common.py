@@ -1,7 +1,9 @@
 """What several sinks share: the spec forms for error messages, the logger, retry-option
 and stream-name checks, writing a parquet file atomically (hidden temporary file, fsync,
-rename) and recognising those temporary files, the position-token pattern in file names,
-and the ``deltastream reset`` hint recovery errors end with.
+rename) and recognising those temporary files, turning the ``OSError`` of a write (a full
+disk, a permission) into a :class:`~deltastream.errors.StorageError` naming the file, the
+position-token pattern in file names, and the ``deltastream reset`` hint recovery errors end
+with.
 
 Private to :mod:`deltastream.daemon.sinks`: its modules import these names from here.
 """
@@ -12,7 +14,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -22,7 +24,7 @@ from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, StreamRef
 from deltastream.daemon.sink_marker import fsync_path
 from deltastream.daemon.stream_config import STREAM_NAME
-from deltastream.errors import InvalidArgumentError
+from deltastream.errors import InvalidArgumentError, StorageError
 from deltastream.output import create_temp_file
 
 #: One logger for the whole package, named as when the sinks were one module, so that log
@@ -50,6 +52,20 @@ def _unlink_quietly(path: str | Path) -> None:
         os.unlink(path)
 
 
+@contextlib.contextmanager
+def _writing(path: str | Path) -> Iterator[None]:
+    """Raise an ``OSError`` of writing ``path`` as a :class:`StorageError` naming it: the
+    OS's own (``[Errno 28] No space left on device``) often names no file, and is then no
+    use in a log. Transient: space may be freed, a permission fixed."""
+    try:
+        yield
+    except StorageError:
+        raise  # already names its file
+    except OSError as e:
+        # pyarrow's OSErrors carry no strerror: their text says it all.
+        raise StorageError(str(path), f"cannot write: {e.strerror or e}") from e
+
+
 def _write_parquet_atomically(
     delivery: Delivery,
     target: Path,
@@ -61,7 +77,19 @@ def _write_parquet_atomically(
     (``.{name}.XXXXXXXX.tmp``), renamed into place once complete (and, if ``durable``,
     fsynced first, with the directory fsynced after: then it passes the crash points
     ``sink.after-write`` and ``sink.after-fsync``). ``metadata``: added to the schema's
-    key-value metadata in the file's footer."""
+    key-value metadata in the file's footer. An ``OSError`` is raised as a
+    :class:`StorageError` naming ``target``."""
+    with _writing(target):
+        _write_parquet_file(delivery, target, durable=durable, metadata=metadata)
+
+
+def _write_parquet_file(
+    delivery: Delivery,
+    target: Path,
+    *,
+    durable: bool,
+    metadata: Mapping[bytes, bytes] | None = None,
+) -> None:
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
     schema = delivery.schema

@@ -32,6 +32,7 @@ from deltastream.daemon.sinks.common import (
     _write_parquet_atomically,
     log,
 )
+from deltastream.daemon.stream_config import EXEC_TIMEOUT
 from deltastream.errors import InvalidArgumentError, SinkError
 from deltastream.storage.retry import RetryEvent, backoff_delay
 
@@ -49,10 +50,12 @@ class ExecSink(Sink):
     ``DELTASTREAM_TABLE_ID``, ``DELTASTREAM_FROM_VERSION``, ``DELTASTREAM_TO_VERSION``,
     ``DELTASTREAM_BATCH_PATH`` (the parquet file), ``DELTASTREAM_ROWS`` and
     ``DELTASTREAM_IDEMPOTENCY_KEY``. Exit status 0 acknowledges (the file is then deleted);
-    anything else, or running longer than ``timeout`` seconds, is logged with the last
-    ``stderr_lines`` lines of the command's standard error and retried with backoff, forever
-    unless ``max_attempts`` is set. The command's standard output goes to the daemon's
-    standard error (standard output may carry a ``jsonl:-`` stream).
+    anything else, or running longer than ``timeout`` seconds (default
+    :data:`~deltastream.daemon.stream_config.EXEC_TIMEOUT`, the ``exec_timeout`` setting;
+    ``None``: no bound), is logged with the last ``stderr_lines`` lines of the command's
+    standard error and retried with backoff, forever unless ``max_attempts`` is set. The
+    command's standard output goes to the daemon's standard error (standard output may carry
+    a ``jsonl:-`` stream).
 
     The command runs in its own process group. If the delivery is cancelled (shutdown) or
     times out, the whole group gets SIGTERM, then SIGKILL after ``kill_grace`` seconds, and
@@ -67,7 +70,7 @@ class ExecSink(Sink):
         *,
         work_dir: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
+        timeout: float | None = EXEC_TIMEOUT,
         max_attempts: int | None = None,
         base_delay: float = 1.0,
         max_delay: float = 60.0,
@@ -214,7 +217,10 @@ class ExecSink(Sink):
             if code is None:
                 with anyio.CancelScope(shield=True):
                     await self._terminate(process)
-                return f"timed out after {self.timeout}s", list(tail)
+                return (
+                    f"timed out after {self.timeout:g}s; its process group was killed",
+                    list(tail),
+                )
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._terminate(process)

@@ -18,7 +18,7 @@ import anyio.to_thread
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
 from deltastream.daemon.sink_marker import OutputMarker, fsync_path
-from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, log
+from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, _writing, log
 from deltastream.errors import (
     InvalidArgumentError,
     OutputClosedError,
@@ -197,10 +197,13 @@ class JsonlSink(Sink):
         if self._file is None:
             raise RuntimeError(f"{self._spec}: recover() must be called before deliver()")
         if delivery.num_rows:
-            await anyio.to_thread.run_sync(self._append, self._file, delivery)
+            with _writing(self.path):
+                await anyio.to_thread.run_sync(self._append, self._file, delivery)
         return {"bytes": self._size, "tail": _tail_digest(self._tail)}
 
     def _append(self, f: IO[bytes], delivery: Delivery) -> None:
+        """Append the delivery (nothing is committed if this raises: the next attempt
+        truncates what it left)."""
         assert self._marker is not None
         # A failed earlier attempt may have left bytes past the last delivered size.
         if os.fstat(f.fileno()).st_size != self._size:
@@ -293,9 +296,14 @@ class JsonlSink(Sink):
         return await anyio.to_thread.run_sync(discard)
 
     def _close_file(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        f, self._file = self._file, None
+        if f is not None:
+            # What is still buffered is the rest of a delivery whose write failed (a full
+            # disk): never committed, so dropping it is right, and closing must not fail on
+            # it (that would hide the error naming the file, and keep the marker locked).
+            # The descriptor is closed either way.
+            with contextlib.suppress(OSError):
+                f.close()
 
     async def aclose(self) -> None:
         self._close_file()
