@@ -562,9 +562,7 @@ def test_a_table_replaced_under_a_running_stream_stops_it(
         reader.latestOffset(end, ReadAllAvailable())
 
 
-def test_an_idle_poll_is_one_list(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_idle_poll_is_one_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The guard costs no request of its own: an idle latestOffset is one LIST (starting a
     version early), and a new commit read costs its GET."""
     from deltastream.spark import stream
@@ -661,3 +659,25 @@ def test_a_query_restarted_on_a_replaced_table_fails(
     for part in (uri, old, new, "start the query with a new checkpoint location"):
         assert part in message
     assert sorted(delivered(out).column("id").to_pylist()) == OLD  # nothing of the new table
+
+
+@pytest.mark.parametrize("snapshot", [True, False], ids=["in_the_snapshot", "in_a_version"])
+def test_a_restart_from_inside_a_version_is_verified_at_that_version(
+    tmp_path: Path, snapshot: bool
+) -> None:
+    """An offset inside a version (of the snapshot, or a commit's files) was read through
+    that version: a restarted reader checks the table there, at version 6 of the new table
+    (another table's)."""
+    uri = str(tmp_path / "t")
+    old = six_versions(uri)
+    two_files = batch([20, 21]).to_batches(max_chunksize=1)
+    write_deltalake(uri, two_files, mode="append", target_file_size=1)  # version 6
+    settings = {"path": uri} if snapshot else {"path": uri, "startingVersion": "6"}
+    reader = StreamReader(SourceOptions.parse(settings))
+    inside = reader.latestOffset(reader.initialOffset(), ReadMaxFiles(1))
+    assert (inside["version"], inside["index"], inside["isInitialSnapshot"]) == (6, 1, snapshot)
+    new = replace_table(uri, 9)
+    restarted = StreamReader(SourceOptions.parse(settings))
+    with pytest.raises(ds.TableReplacedError, match="the table id at version 6") as caught:
+        restarted.latestOffset(inside, ReadAllAvailable())
+    assert (caught.value.expected_id, caught.value.found_id) == (old, new)
