@@ -20,6 +20,15 @@ version, unless ``ignoreDeletes`` (commits that only remove files are ignored),
 ``ignoreChanges`` (the rewritten files' rows are delivered again) or ``skipChangeCommits``
 (such commits are skipped whole). With ``readChangeFeed`` every version contributes its change
 rows, planned as in :func:`deltastream.read_changes`.
+
+The stream reads the table whose id its offsets carry, and nothing else (as Delta's own source
+fails when the table id changes): :mod:`deltastream.snapshot.identity` decides whether the
+table at the path is still that one. The first offset a reader is given (a restart from a
+checkpoint) is verified in full against the log; every listing after that passes through
+the reader's :class:`~deltastream.snapshot.identity.TableGuard`, which starts it one version
+early to find the last commit read; a version that writes another ``metaData.id`` ends the
+stream there. Each raises :class:`~deltastream.errors.TableReplacedError`: no row of another
+table is planned.
 """
 
 from __future__ import annotations
@@ -50,10 +59,13 @@ from deltastream.errors import (
     DataChangeInStreamError,
     InvalidArgumentError,
     SchemaChangeError,
+    TableReplacedError,
 )
 from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
+from deltastream.log.paths import LogFile
+from deltastream.log.segment import LogListing
 from deltastream.read.confinement import refuse_outside_actions
 from deltastream.read.live_files import check_live_files
 from deltastream.read.predicates import parse_predicate
@@ -62,6 +74,7 @@ from deltastream.read.scan import table_read_schema
 from deltastream.schema.evolution import schema_problem
 from deltastream.schema.model import column_mapping_mode, table_schema
 from deltastream.snapshot.features import check_readable
+from deltastream.snapshot.identity import TableGuard
 from deltastream.snapshot.loader import (
     load_snapshot,
     load_table_state,
@@ -85,6 +98,9 @@ _SOURCE_VERSION = 1
 _CACHED_VERSIONS = 64
 #: Snapshot files turned into partitions at a time.
 _SNAPSHOT_CHUNK = 1024
+#: How a query whose table was replaced starts over (the checkpoint's offsets are the old
+#: table's).
+_REMEDY = "start the query with a new checkpoint location"
 
 
 @dataclass(frozen=True, order=True)
@@ -104,8 +120,15 @@ class Offset:
             "isInitialSnapshot": self.snapshot,
         }
 
+    @property
+    def read_through(self) -> int:
+        """The last version whose log the stream read to reach this offset: the snapshot's
+        version, the version it is inside, else the one before it (``-1``: none)."""
+        return self.version if self.snapshot or self.index > 0 else self.version - 1
+
     @classmethod
-    def from_json(cls, d: dict[str, Any], table_id: str, uri: str) -> Offset:
+    def from_json(cls, d: dict[str, Any], uri: str) -> tuple[Offset, str]:
+        """The offset, and the id of the table it belongs to."""
         try:
             if d["sourceVersion"] != _SOURCE_VERSION:
                 raise InvalidArgumentError(
@@ -116,13 +139,7 @@ class Offset:
             offset_table = str(d["tableId"])
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidArgumentError(f"{uri}: not a deltastream offset: {d!r}") from e
-        if offset_table != table_id:
-            raise InvalidArgumentError(
-                f"{uri}: the checkpoint's offsets belong to table {offset_table}, but this "
-                f"table's id is {table_id} (the table was replaced, or the checkpoint "
-                "location belongs to another query): start with a new checkpoint location"
-            )
-        return offset
+        return offset, offset_table
 
 
 @dataclass(frozen=True)
@@ -136,6 +153,7 @@ class _Plan:
     """What the stream reads: the table it was started on and how files become rows."""
 
     uri: str
+    #: The table's id when the reader was made (a new query's offsets carry it).
     table_id: str
     protocol: Protocol
     metadata: Metadata
@@ -191,6 +209,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._snapshot: tuple[int, pa.Table, tuple[Any, ...]] | None = None
         #: Trigger.AvailableNow: the last version the query may read.
         self._cap: int | None = None
+        #: The id of the table the stream reads (its offsets'), set by the first offset.
+        self._table_id: str | None = None
+        #: Keeps the stream on that table (driver only: it holds the reader's store).
+        self._guard: TableGuard | None = None
+        #: The last version whose log the stream read: the guard's mark, or the version
+        #: verified, whichever came last.
+        self._read_through = -1
         try:
             self._plan = self._run(self._load_plan)
         except BaseException:
@@ -201,7 +226,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         offset = self._run(self._initial_offset)
-        return offset.to_json(self._plan.table_id)
+        return offset.to_json(self._followed())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         files, size = self.source.max_files_per_trigger, self.source.max_bytes_per_trigger
@@ -215,7 +240,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._offset(start)
         end = self._run(self._advance, begin, self._budget(limit))
-        return max(begin, end).to_json(self._plan.table_id)
+        return max(begin, end).to_json(self._followed())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         files = self._run(self._between, self._offset(start), self._offset(end))
@@ -235,6 +260,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._versions.clear()
         self._steps = None
         self._snapshot = None
+        # A reader started again verifies the first offset it is given, as on a restart.
+        self._guard, self._table_id, self._read_through = None, None, -1
         session, self._session = self._session, None
         if session is not None:
             session.close()
@@ -244,6 +271,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = self.__dict__.copy()
         state["_session"] = None
         state["_steps"] = None
+        state["_guard"] = None
         return state
 
     # ------------------------------------------------------------------ the driver's loop
@@ -257,7 +285,51 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ planning
 
     def _offset(self, d: dict[str, Any]) -> Offset:
-        return Offset.from_json(d, self._plan.table_id, self._plan.uri)
+        return self._run(self._follow, d)
+
+    def _followed(self) -> str:
+        assert self._table_id is not None
+        return self._table_id
+
+    async def _follow(self, d: dict[str, Any]) -> Offset:
+        """The offset ``d``, of the table the stream reads. The first one a reader is given
+        comes from the checkpoint of a restarted query (a new query's comes from
+        :meth:`initialOffset`): the table there must still be the offset's, up to the
+        version the offset was read through."""
+        offset, table_id = Offset.from_json(d, self._plan.uri)
+        if self._table_id is not None and table_id != self._table_id:
+            raise TableReplacedError(
+                self._plan.uri, self._table_id, table_id, "an offset names another table", _REMEDY
+            )
+        if self._guard is None:
+            await self._start_following(table_id, offset.read_through)
+        return offset
+
+    async def _start_following(self, table_id: str, read_through: int) -> None:
+        """Follow table ``table_id``, verified in full up to ``read_through``."""
+        guard = TableGuard(self._store(), table_id, _REMEDY)
+        await guard.verify(read_through)
+        self._guard, self._table_id, self._read_through = guard, table_id, read_through
+
+    async def _list(self, store: ObjectStore, first: int) -> LogListing:
+        """The log from version ``first`` on, checked by the guard: the listing starts one
+        version early (where the stream has read no further than ``first - 1``) to find the
+        last commit read, still one LIST; a listing that does not show it unchanged is
+        verified in full before anything in it is used."""
+        guard = self._guard
+        assert guard is not None, "every walk starts from an offset (_follow, initialOffset)"
+        after = self._read_through + 1
+        # ``after`` may lie before ``first`` (an offset past the end of the log, or past
+        # versions skipped as missing) or after it (an offset inside a version read): the
+        # listing covers both.
+        listing = await list_log(store, min(guard.list_from(after), first))
+        await guard.check(listing, after)
+        return listing
+
+    def _read(self, commit: LogFile) -> None:
+        assert self._guard is not None
+        self._guard.read(commit)
+        self._read_through = commit.version
 
     def _budget(self, limit: ReadLimit) -> _Budget:
         files, size = self.source.max_files_per_trigger, self.source.max_bytes_per_trigger
@@ -305,6 +377,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return segment.version
 
     async def _initial_offset(self) -> Offset:
+        offset = await self._starting_offset()
+        if self._guard is None:
+            # A new query reads the table the plan was loaded from; the start may lie past
+            # the end of its log (a startingVersion to come), so it is verified up to where
+            # the log reached then.
+            plan = self._plan
+            await self._start_following(plan.table_id, min(offset.read_through, plan.version))
+        return offset
+
+    async def _starting_offset(self) -> Offset:
         source = self.source
         if isinstance(source.starting_version, int):
             return Offset(source.starting_version)
@@ -326,16 +408,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         files = size = 0
         position = start
         store = self._store()
-        async for before, partition, after in self._walk(store, start, None):
-            if partition is not None:
-                full = (budget.files is not None and files >= budget.files) or (
-                    budget.bytes is not None and files > 0 and size >= budget.bytes
-                )
-                if full:
-                    return before
-                files += 1
-                size += partition.size
-            position = after
+        try:
+            async for before, partition, after in self._walk(store, start, None):
+                if partition is not None:
+                    full = (budget.files is not None and files >= budget.files) or (
+                        budget.bytes is not None and files > 0 and size >= budget.bytes
+                    )
+                    if full:
+                        return before
+                    files += 1
+                    size += partition.size
+                position = after
+        except TableReplacedError:
+            if position == start:
+                raise
+            # What came before the version that gives the table a new id is the stream's
+            # table: it is delivered first, and the next call, starting there, fails.
         return position
 
     async def _between(self, start: Offset, end: Offset) -> list[FilePartition]:
@@ -386,7 +474,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     yield Offset(v, i), planned[i], Offset(v, i + 1)
                 yield Offset(v, len(planned)), None, Offset(v + 1)
             return
-        listing = await list_log(store, start.version)
+        listing = await self._list(store, start.version)
         followed = listing.follow(version, last=cap)
         while followed.missing is not None:
             error = followed.missing_error(
@@ -404,6 +492,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         commit_files = followed.commits
         for commit in commit_files:
             planned = await self._version_files(store, version, commit)
+            self._read(commit)
             for i in range(index, len(planned)):
                 yield Offset(version, i), planned[i], Offset(version, i + 1)
             yield Offset(version, len(planned)), None, Offset(version + 1)
@@ -452,7 +541,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     async def _version_files(
-        self, store: ObjectStore, version: int, commit: Any
+        self, store: ObjectStore, version: int, commit: LogFile
     ) -> list[FilePartition]:
         cached = self._versions.get(version)
         if cached is not None:
@@ -497,9 +586,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         plan = self._plan
         if metadata is None:
             return
-        if metadata.id != plan.table_id:
-            raise InvalidArgumentError(
-                f"{plan.uri}: version {version} changes the table's id: it was replaced"
+        followed = self._followed()
+        if metadata.id != followed:
+            raise TableReplacedError(
+                plan.uri,
+                followed,
+                metadata.id,
+                f"version {version} gives the table another id",
+                _REMEDY,
             )
         # Every version is read with the schema of the version the query started on: an
         # older schema it evolved from additively reads fine; any change after the start

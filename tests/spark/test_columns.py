@@ -4,9 +4,11 @@ executors read and ship) for table reads, change ranges and streams.
 Filter pushdown (``DataSourceReader.pushFilters``) is deliberately not implemented: in
 pyspark 4.3 the reader a query's pushdown produced is kept by the DataFrame and reused by its
 later queries that push no filter (``pushFilters`` is then not called), so a reader that
-skipped files or rows for one query would return too few rows for the next. The last test
-here checks that Spark still behaves so, with a source of its own: when it fails, Spark has
-been fixed and pushdown can be built (issue 14)."""
+skipped files or rows for one query would return too few rows for the next (confirmed with
+pyspark 4.2.1 and 4.3.0, issue 24). The last test here checks that Spark still behaves so,
+with a source of its own: it first proves that the filter was pushed to the source and left
+to it, so that it fails only when Spark stops reusing the reader (then pushdown can be built,
+issue 14), never because pushdown silently stopped happening."""
 
 from __future__ import annotations
 
@@ -75,6 +77,11 @@ def test_bad_columns_are_clear_errors(spark: Any, table: str) -> None:
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
+#: The row the canary's reader adds when a filter was pushed to it: it matches no filter the
+#: test pushes, so it is in a query's result only if Spark left the filtering to the reader.
+_UNFILTERED = 99
+
+
 class _Reader(DataSourceReader):
     def __init__(self) -> None:
         self.pushed: list[int] = []
@@ -87,9 +94,11 @@ class _Reader(DataSourceReader):
                 yield f
 
     def read(self, partition: Any) -> Any:
-        for i in range(10):
-            if not self.pushed or i in self.pushed:
-                yield (i,)
+        if not self.pushed:
+            yield from ((i,) for i in range(10))
+            return
+        yield from ((i,) for i in self.pushed)
+        yield (_UNFILTERED,)
 
 
 class _Source(DataSource):
@@ -112,8 +121,19 @@ def test_spark_still_reuses_a_pushed_reader_for_later_queries(spark: Any) -> Non
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
         df = spark.read.format("pushdown_canary").load()
-        assert df.filter(F.col("id") == 3).count() == 1
+        first = sorted(r.id for r in df.filter(F.col("id") == 3).collect())
+        # The reader that served this query was given id = 3, accepted it, and Spark did not
+        # filter again (the reader's extra row is there): pushdown happened. Otherwise this
+        # canary no longer tests what it is for.
+        assert first == [3, _UNFILTERED], (
+            f"filter pushdown did not happen (rows {first}): the canary cannot tell whether "
+            "Spark still reuses a pushed-down reader"
+        )
         # Ten rows; Spark answers with the reader of the query above, which kept id 3 only.
-        assert df.count() == 1
+        rest = sorted(r.id for r in df.collect())
+        assert rest == [3, _UNFILTERED], (
+            f"Spark no longer reuses the pushed-down reader for a later query (rows {rest}): "
+            "filter pushdown can be built (issue 14)"
+        )
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", previous)

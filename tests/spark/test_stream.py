@@ -5,6 +5,11 @@ options, and offsets."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import time
+import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +22,7 @@ import pytest
 from cdf_tables import upgraded_without_cdf_feature
 from deltalake import DeltaTable, write_deltalake
 from deltalake.table import TableFeatures
+from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
 
 import deltastream as ds
@@ -51,13 +57,11 @@ def commit(uri: str, n: int) -> None:
         )
 
 
-def run_available_now(
-    spark: Any, uri: str, checkpoint: Path, out: Path, **options: str
-) -> list[dict[str, Any]]:
+def start_available_now(spark: Any, uri: str, checkpoint: Path, out: Path, **options: str) -> Any:
     reader = spark.readStream.format("deltastream")
     for key, value in options.items():
         reader = reader.option(key, value)
-    query = (
+    return (
         reader.load(uri)
         .writeStream.format("parquet")
         .option("checkpointLocation", str(checkpoint))
@@ -65,6 +69,12 @@ def run_available_now(
         .trigger(availableNow=True)
         .start()
     )
+
+
+def run_available_now(
+    spark: Any, uri: str, checkpoint: Path, out: Path, **options: str
+) -> list[dict[str, Any]]:
+    query = start_available_now(spark, uri, checkpoint, out, **options)
     query.awaitTermination(300)
     assert query.exception() is None, query.exception()
     return list(query.recentProgress)
@@ -213,14 +223,19 @@ def test_offsets_advance_by_files_and_never_backwards(tmp_path: Path) -> None:
     assert reader.latestOffset(ahead, ReadAllAvailable()) == ahead
 
 
+def table_id(uri: str) -> str:
+    return str(ds.read_snapshot(uri).metadata.id)
+
+
 def test_an_offset_of_another_table_is_rejected(tmp_path: Path) -> None:
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     write_deltalake(a, batch(range(3)))
     write_deltalake(b, batch(range(3)))
     offset = StreamReader(SourceOptions.parse({"path": a})).initialOffset()
     reader = StreamReader(SourceOptions.parse({"path": b}))
-    with pytest.raises(ds.InvalidArgumentError, match="belong to table"):
+    with pytest.raises(ds.TableReplacedError) as caught:
         reader.latestOffset(offset, ReadAllAvailable())
+    assert (caught.value.expected_id, caught.value.found_id) == (table_id(a), table_id(b))
 
 
 def test_missing_commits_fail_the_stream_naming_them(tmp_path: Path) -> None:
@@ -474,3 +489,195 @@ def test_one_store_for_all_planning_calls_and_no_listing_for_planned_partitions(
         assert shipped.source == reader.source
     finally:
         reader.stop()
+
+
+# A table deleted and written anew at the same path (issue 22): the stream stops with
+# TableReplacedError, and no row of the new table is planned.
+
+OLD = [0, 1, 2, 10, 11, 12, 13, 14]  # the rows of six_versions' table
+
+
+def six_versions(uri: str) -> str:
+    """Versions 0..5 (the rows OLD), their log files dated an hour back: a new table's
+    files at the same names never match them by size and time by chance. Returns its id."""
+    write_deltalake(uri, batch(range(3)), configuration=CDF)
+    for i in range(5):
+        write_deltalake(uri, batch([10 + i]), mode="append")
+    past = time.time() - 3600
+    for f in Path(uri, "_delta_log").iterdir():
+        os.utime(f, (past, past))
+    return table_id(uri)
+
+
+def replace_table(uri: str, versions: int) -> str | None:
+    """Delete the table at ``uri`` and write another one there with versions
+    ``0..versions - 1`` (rows 1000 and up); its id (``None``: no table written)."""
+    shutil.rmtree(uri)
+    if not versions:
+        return None
+    write_deltalake(uri, batch(range(1000, 1003), "new"), configuration=CDF)
+    for i in range(1, versions):
+        write_deltalake(uri, batch([1000 + 10 * i], "new"), mode="append")
+    return table_id(uri)
+
+
+def rows_between(reader: StreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
+    parts = reader.partitions(start, end)
+    return sorted(i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist())
+
+
+STREAMS = pytest.mark.parametrize(
+    "options", [{"readChangeFeed": "true"}, {}], ids=["change_feed", "table"]
+)
+
+
+@STREAMS
+@pytest.mark.parametrize(
+    "versions", [9, 3, 0], ids=["grown_past_the_offset", "shorter", "deleted_only"]
+)
+def test_a_table_replaced_under_a_running_stream_stops_it(
+    tmp_path: Path, options: dict[str, str], versions: int
+) -> None:
+    """While the query runs, the table is deleted and written anew: with more versions than
+    the stream read (they would look like the old table's next ones), with fewer (the
+    stream would wait for version 6 forever), or not at all."""
+    uri = str(tmp_path / "t")
+    old = six_versions(uri)
+    reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0", **options}))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert (end["version"], end["index"], end["tableId"]) == (6, 0, old)
+    assert rows_between(reader, start, end) == OLD
+    assert reader.latestOffset(end, ReadAllAvailable()) == end  # idle
+    new = replace_table(uri, versions)
+    with pytest.raises(ds.TableReplacedError) as caught:
+        reader.latestOffset(end, ReadAllAvailable())
+    error = caught.value
+    assert (error.uri, error.expected_id, error.found_id) == (uri, old, new)
+    assert "start the query with a new checkpoint location" in str(error)
+    if versions == 3:
+        assert "its log ends at version 2, but version 5 was read already" in str(error)
+    # The offset stays the old table's; asked again, the stream fails again.
+    with pytest.raises(ds.TableReplacedError):
+        reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_an_idle_poll_is_one_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard costs no request of its own: an idle latestOffset is one LIST (starting a
+    version early), and a new commit read costs its GET."""
+    from deltastream.spark import stream
+
+    uri = str(tmp_path / "t")
+    six_versions(uri)
+    opened: list[ds.ObjectStore] = []
+    real_open = stream.open_store
+
+    def counting_open(*args: Any, **kwargs: Any) -> ds.ObjectStore:
+        opened.append(real_open(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(stream, "open_store", counting_open)
+    reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0"}))
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        (store,) = opened
+        for _ in range(3):
+            lists, gets = store.stats.list_requests, store.stats.get_requests
+            assert reader.latestOffset(end, ReadAllAvailable()) == end
+            assert (store.stats.list_requests - lists, store.stats.get_requests - gets) == (1, 0)
+        write_deltalake(uri, batch([99]), mode="append")
+        lists, gets = store.stats.list_requests, store.stats.get_requests
+        later = reader.latestOffset(end, ReadAllAvailable())
+        assert later["version"] == 7
+        assert (store.stats.list_requests - lists, store.stats.get_requests - gets) == (1, 1)
+        assert rows_between(reader, end, later) == [99]
+    finally:
+        reader.stop()
+
+
+def give_another_id(uri: str, version: int) -> str:
+    """Write commit ``version`` by hand: only a metaData action, version 0's with a new id
+    (as a table replaced inside its own log). Returns the new id."""
+    log_dir = Path(uri, "_delta_log")
+    first = (log_dir / f"{0:020}.json").read_text().splitlines()
+    (metadata,) = [json.loads(line) for line in first if '"metaData"' in line]
+    metadata["metaData"]["id"] = new = str(uuid.uuid4())
+    info = {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "REPLACE"}}
+    (log_dir / f"{version:020}.json").write_text(f"{json.dumps(info)}\n{json.dumps(metadata)}\n")
+    return new
+
+
+@STREAMS
+def test_a_version_that_gives_the_table_another_id_ends_the_stream_there(
+    tmp_path: Path, options: dict[str, str]
+) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)), configuration=CDF)
+    for i in range(2):
+        write_deltalake(uri, batch([10 + i]), mode="append")  # versions 1, 2
+    old = table_id(uri)
+    settings = {"path": uri, "startingVersion": "0", **options}
+    reader = StreamReader(SourceOptions.parse(settings))
+    start = reader.initialOffset()
+    new = give_another_id(uri, 3)
+    write_deltalake(uri, batch([1000]), mode="append")  # version 4
+    # The versions before 3 are the stream's table: planned in one call, delivered.
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert (end["version"], end["index"]) == (3, 0)
+    assert rows_between(reader, start, end) == [0, 1, 2, 10, 11]
+    with pytest.raises(ds.TableReplacedError, match="version 3 gives the table another id") as e:
+        reader.latestOffset(end, ReadAllAvailable())
+    assert (e.value.expected_id, e.value.found_id) == (old, new)
+    # A query restarted from its checkpoint (the offset ``end``) fails the same way, though
+    # the table's id is the new one when it starts.
+    restarted = StreamReader(SourceOptions.parse(settings))
+    with pytest.raises(ds.TableReplacedError, match="version 3 gives the table another id") as e:
+        restarted.latestOffset(end, ReadAllAvailable())
+    assert (e.value.expected_id, e.value.found_id) == (old, new)
+
+
+@pytest.mark.parametrize(
+    ("options", "versions"),
+    [({"readChangeFeed": "true"}, 9), ({}, 3)],
+    ids=["change_feed_grown_past_the_offset", "table_shorter"],
+)
+def test_a_query_restarted_on_a_replaced_table_fails(
+    spark: Any, tmp_path: Path, options: dict[str, str], versions: int
+) -> None:
+    uri, checkpoint, out = str(tmp_path / "t"), tmp_path / "ckpt", tmp_path / "out"
+    old = six_versions(uri)
+    run_available_now(spark, uri, checkpoint, out, startingVersion="0", **options)
+    assert sorted(delivered(out).column("id").to_pylist()) == OLD
+    new = replace_table(uri, versions)
+    assert new is not None
+    query = start_available_now(spark, uri, checkpoint, out, startingVersion="0", **options)
+    with pytest.raises(StreamingQueryException) as caught:
+        query.awaitTermination(300)
+    message = str(caught.value)
+    assert "TableReplacedError" in message
+    for part in (uri, old, new, "start the query with a new checkpoint location"):
+        assert part in message
+    assert sorted(delivered(out).column("id").to_pylist()) == OLD  # nothing of the new table
+
+
+@pytest.mark.parametrize("snapshot", [True, False], ids=["in_the_snapshot", "in_a_version"])
+def test_a_restart_from_inside_a_version_is_verified_at_that_version(
+    tmp_path: Path, snapshot: bool
+) -> None:
+    """An offset inside a version (of the snapshot, or a commit's files) was read through
+    that version: a restarted reader checks the table there, at version 6 of the new table
+    (another table's)."""
+    uri = str(tmp_path / "t")
+    old = six_versions(uri)
+    two_files = batch([20, 21]).to_batches(max_chunksize=1)
+    write_deltalake(uri, two_files, mode="append", target_file_size=1)  # version 6
+    settings = {"path": uri} if snapshot else {"path": uri, "startingVersion": "6"}
+    reader = StreamReader(SourceOptions.parse(settings))
+    inside = reader.latestOffset(reader.initialOffset(), ReadMaxFiles(1))
+    assert (inside["version"], inside["index"], inside["isInitialSnapshot"]) == (6, 1, snapshot)
+    new = replace_table(uri, 9)
+    restarted = StreamReader(SourceOptions.parse(settings))
+    with pytest.raises(ds.TableReplacedError, match="the table id at version 6") as caught:
+        restarted.latestOffset(inside, ReadAllAvailable())
+    assert (caught.value.expected_id, caught.value.found_id) == (old, new)
