@@ -24,17 +24,9 @@ from deltastream.daemon.delivery import Sink, StreamRef
 from deltastream.daemon.state import StateStore
 from deltastream.storage import open_store
 
-__all__ = ["reset_stream", "restart_hint"]
+__all__ = ["reset_stream"]
 
 log = logging.getLogger(__name__)
-
-
-def restart_hint(name: str, state: str, sink: str) -> str:
-    """How a user starts stream ``name`` over, for the errors that end it for good."""
-    return (
-        f"to start the stream over, discarding its output and state, run "
-        f"'deltastream reset --name {name} --state {state} --sink {sink}' (or tail --reset)"
-    )
 
 
 async def reset_stream(

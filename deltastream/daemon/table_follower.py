@@ -175,7 +175,7 @@ class TableFollower:
                 self._store.root_uri,
                 self.metadata.id,
                 step.metadata.id,
-                f"version {version} writes a new table id",
+                f"version {version} gives the table another id",
                 self.remedy,
             )
         if change.kind is SchemaChangeKind.NON_ADDITIVE:

@@ -57,7 +57,6 @@ from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Position, Sink, StreamRef
 from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.pump import DeliveryPump, RoundEnd, Stopped
-from deltastream.daemon.reset import restart_hint
 from deltastream.daemon.resume import (
     Resumed,
     initial_position,
@@ -149,7 +148,8 @@ class Tailer:
     @property
     def _remedy(self) -> str:
         """How a user starts this stream over, for errors that end it for good."""
-        return restart_hint(self.config.name, self._states.uri, self.sink.description)
+        command = self._stream_ref.reset_command(self.sink.description)
+        return f"to discard the stream's output and state and start over: {command}"
 
     @property
     def position(self) -> Position | None:

@@ -98,13 +98,16 @@ class TableGuard:
         self.remedy = remedy
         #: The newest log file of the last version read, as last seen.
         self._mark: LogFile | None = None
-        #: The last version :func:`verify_table` vouched for (``None``: none yet).
+        #: The last version :func:`verify_table` vouched for (``None``: none since the
+        #: last version read).
         self._verified: int | None = None
+        #: The last version the reader read (or had verified), whichever came last.
+        self.read_through = -1
 
     async def verify(self, read_through: int) -> None:
         """The full check (:func:`verify_table`) at ``read_through``, the last version read."""
         self._mark = await verify_table(self.store, self.table_id, read_through, self.remedy)
-        self._verified = read_through
+        self._verified = self.read_through = read_through
 
     def list_from(self, next_version: int) -> int:
         """Where a listing for versions ``>= next_version`` starts: one version early when
@@ -134,3 +137,4 @@ class TableGuard:
         """The reader read ``commit`` (from a checked listing): it is the mark from now on."""
         self._mark = commit
         self._verified = None
+        self.read_through = commit.version

@@ -213,9 +213,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._table_id: str | None = None
         #: Keeps the stream on that table (driver only: it holds the reader's store).
         self._guard: TableGuard | None = None
-        #: The last version whose log the stream read: the guard's mark, or the version
-        #: verified, whichever came last.
-        self._read_through = -1
         try:
             self._plan = self._run(self._load_plan)
         except BaseException:
@@ -261,7 +258,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._steps = None
         self._snapshot = None
         # A reader started again verifies the first offset it is given, as on a restart.
-        self._guard, self._table_id, self._read_through = None, None, -1
+        self._guard, self._table_id = None, None
         session, self._session = self._session, None
         if session is not None:
             session.close()
@@ -309,7 +306,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Follow table ``table_id``, verified in full up to ``read_through``."""
         guard = TableGuard(self._store(), table_id, _REMEDY)
         await guard.verify(read_through)
-        self._guard, self._table_id, self._read_through = guard, table_id, read_through
+        self._guard, self._table_id = guard, table_id
 
     async def _list(self, store: ObjectStore, first: int) -> LogListing:
         """The log from version ``first`` on, checked by the guard: the listing starts one
@@ -318,7 +315,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         verified in full before anything in it is used."""
         guard = self._guard
         assert guard is not None, "every walk starts from an offset (_follow, initialOffset)"
-        after = self._read_through + 1
+        after = guard.read_through + 1
         # ``after`` may lie before ``first`` (an offset past the end of the log, or past
         # versions skipped as missing) or after it (an offset inside a version read): the
         # listing covers both.
@@ -329,7 +326,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _read(self, commit: LogFile) -> None:
         assert self._guard is not None
         self._guard.read(commit)
-        self._read_through = commit.version
 
     def _budget(self, limit: ReadLimit) -> _Budget:
         files, size = self.source.max_files_per_trigger, self.source.max_bytes_per_trigger

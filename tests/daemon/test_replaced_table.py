@@ -81,8 +81,7 @@ def config(uri: str, state: Path, **kw: Any) -> TailConfig:
 def expected_message(uri: str, problem: str, old: str, found: str, restart: str) -> str:
     return (
         f"{uri}: the table was replaced: {problem}; the reader followed table {old}, {found}; "
-        f"to start the stream over, discarding its output and state, run {restart} "
-        "(or tail --reset)"
+        f"to discard the stream's output and state and start over: {restart}"
     )
 
 
@@ -162,7 +161,7 @@ def test_a_table_replaced_while_the_stream_was_stopped_stops_it_at_resume(
         "tail", uri, "--sink", f"jsonl:{out}", "--state", str(state),
         "--mode", "follow", "--from", "0", "--poll-interval", "0.05",
     )  # fmt: skip
-    restart = f"'deltastream reset --name t --state {state} --sink jsonl:{out}'"
+    restart = f"deltastream reset --state {state} --sink jsonl:{out} --name t"
     assert the_error(done) == "deltastream: error: " + expected_message(
         uri, problem, old, f"the table there now is {new}", restart
     )
@@ -182,9 +181,9 @@ def test_a_table_deleted_or_renamed_away_stops_its_stream_and_its_state_does_not
     error = the_error(run_cli("tail", uri, *args))
     assert error.startswith(f"deltastream: error: {uri}: the table was replaced: no Delta table ")
     assert error.endswith(
-        f"; the reader followed table {old}, no table is there now; to start the stream over, "
-        f"discarding its output and state, run 'deltastream reset --name t --state {state} "
-        f"--sink jsonl:{out}' (or tail --reset)"
+        f"; the reader followed table {old}, no table is there now; to discard the stream's "
+        f"output and state and start over: deltastream reset --state {state} --sink "
+        f"jsonl:{out} --name t"
     )
     # The same state pointed at the table's new path is refused: a state belongs to a path.
     assert the_error(run_cli("tail", moved, *args)) == (
@@ -229,7 +228,7 @@ def test_a_crash_inside_a_delivery_then_a_replaced_table_removes_the_uncommitted
     assert {r["_commit_version"] for r in jsonl_rows(out)} == {0, 1, 2, 3}  # 3 uncommitted
     new = replace_table(uri, 8)
     done = run_cli(*args)
-    restart = f"'deltastream reset --name t --state {state} --sink jsonl:{out}'"
+    restart = f"deltastream reset --state {state} --sink jsonl:{out} --name t"
     assert the_error(done) == "deltastream: error: " + expected_message(
         uri,
         "the table id at version 2 is another one",
@@ -266,7 +265,7 @@ async def test_a_new_table_id_inside_the_log_stops_the_stream_at_its_version(
     with pytest.raises(TableReplacedError) as caught:
         await tailer.run()
     assert str(caught.value).startswith(
-        f"{uri}: the table was replaced: version 6 writes a new table id; the reader "
+        f"{uri}: the table was replaced: version 6 gives the table another id; the reader "
         f"followed table {old}, the table there now is {new}; "
     )
     assert collector.counter() == expected  # versions 0..5 delivered, nothing after
