@@ -58,6 +58,9 @@ class Resumed:
     snapshot: Snapshot | None = None
     #: Set when commits were skipped: the position the stream moved to.
     skipped_to: Position | None = None
+    #: With ``table`` unknown: the version of the checkpoint the table state is loaded
+    #: from once the stream reaches it (the versions before it are read from their commits).
+    rebuild_at: int | None = None
 
 
 async def initial_position(store: ObjectStore, config: TailConfig) -> Position:
@@ -149,14 +152,26 @@ async def load_state(
 
 
 async def resume_from_checkpoint(store: ObjectStore, name: str, next_version: int) -> Resumed:
-    """Skip to the oldest checkpoint at or after ``next_version - 1`` that loads."""
+    """Skip exactly the versions from ``next_version`` on whose commits log retention
+    removed: resume at the oldest commit still in the log after them, whose table state is
+    reconstructed at the oldest checkpoint at or after the version before it that loads.
+
+    The versions from that commit up to the checkpoint are delivered from their commits
+    (the table state before them is gone, so the follower loads it at the checkpoint: see
+    :attr:`Resumed.rebuild_at`); with no commit left before the checkpoint, the stream
+    resumes after it. The protocol and metadata in force for the first version read are the
+    first ones those commits carry, else the checkpoint's."""
     listing = await list_log(store, max(next_version - 1, 0))
+    commits = listing.commits()
     candidates = sorted({f.version for f in listing.files if f.is_checkpoint})
     for version in candidates:
         if version < next_version - 1:
             continue
+        first = min((v for v in commits if next_version <= v <= version), default=version + 1)
         try:
-            state, _ = await load_table_state(store, version, files=True)
+            # The state's files are needed now only when the stream resumes right after the
+            # checkpoint; otherwise the follower loads them when it reaches it.
+            state, _ = await load_table_state(store, version, files=first > version)
         except DeltaStreamError as e:
             log.warning(
                 "%s: checkpoint %d unusable: %s",
@@ -166,20 +181,31 @@ async def resume_from_checkpoint(store: ObjectStore, name: str, next_version: in
                 extra={"stream": name, "version": version, "error_class": type(e).__name__},
             )
             continue
-        skipped = f"{next_version}..{version}" if version >= next_version else "none"
+        assert state.protocol is not None and state.metadata is not None
+        protocol, metadata = state.protocol, state.metadata
+        earlier = [commits[v] for v in sorted(commits) if first <= v <= version]
+        for actions in await read_log_files(store, earlier):
+            if actions.protocol is not None or actions.metadata is not None:
+                protocol = actions.protocol or protocol
+                metadata = actions.metadata or metadata
+                break
+        skipped = f"{next_version}..{first - 1}" if first > next_version else "none"
         log.warning(
-            "%s: commits before version %d were removed from the log before they were "
-            "read; resuming after the checkpoint of version %d; versions skipped: %s",
+            "%s: commits from version %d were removed from the log before they were read; "
+            "resuming at version %d (the table state from the checkpoint of version %d); "
+            "versions skipped: %s",
             name,
-            version + 1,
+            next_version,
+            first,
             version,
             skipped,
-            extra={"stream": name, "from_version": next_version, "to_version": version},
+            extra={"stream": name, "from_version": next_version, "to_version": first - 1},
         )
-        assert state.protocol is not None and state.metadata is not None
-        table = await index_state(state, version)
+        if first > version:
+            table = await index_state(state, version)
+            return Resumed(first, protocol, metadata, table, skipped_to=Position(first))
         return Resumed(
-            version + 1, state.protocol, state.metadata, table, skipped_to=Position(version + 1)
+            first, protocol, metadata, None, skipped_to=Position(first), rebuild_at=version
         )
     raise MissingVersionsError(
         f"{store.root_uri}/_delta_log",

@@ -83,6 +83,7 @@ class TableFollower:
         self.metadata: Metadata
         self.schemas: ChangeSchemas
         self._planner = ChangePlanner(store, self._partition_values)
+        self._rebuild_at: int | None = None
 
     def start_at(
         self,
@@ -90,10 +91,15 @@ class TableFollower:
         next_version: int,
         protocol: Protocol,
         metadata: Metadata,
+        *,
+        rebuild_at: int | None = None,
     ) -> None:
         """Follow from ``next_version`` with ``table`` (the state before it, if indexed) and
-        the protocol and metadata in force for it."""
+        the protocol and metadata in force for it. ``rebuild_at``: the table state before
+        ``next_version`` is gone (log retention): it is loaded from the checkpoint of that
+        version when the stream reaches it."""
         self.table = table
+        self._rebuild_at = rebuild_at
         check_readable(self._store.root_uri, protocol)
         self.metadata = metadata
         self.schemas = ChangeSchemas.build(
@@ -110,6 +116,8 @@ class TableFollower:
         up to ``skip_until`` (a checkpoint of the table's writer) are not applied to the
         table state, which is loaded from that checkpoint instead."""
         total = len(files)
+        if self._rebuild_at is not None and self._rebuild_at >= files[0].version:
+            skip_until = max(skip_until if skip_until is not None else -1, self._rebuild_at)
         for i in range(0, total, COMMIT_CHUNK):
             chunk = files[i : i + COMMIT_CHUNK]
             parsed, failure = await self._read_commits(chunk)
@@ -212,6 +220,7 @@ class TableFollower:
         table = self.table
         if skip_until is not None and version <= skip_until:
             if version == skip_until:
+                self._rebuild_at = None
                 state, _ = await load_table_state(self._store, version, files=True)
                 self.table = await index_state(state, version)
             else:

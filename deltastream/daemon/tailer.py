@@ -291,7 +291,11 @@ class Tailer:
     def _begin(self, resumed: Resumed) -> None:
         """Follow from what :mod:`~deltastream.daemon.resume` found."""
         self._follower.start_at(
-            resumed.table, resumed.next_version, resumed.protocol, resumed.metadata
+            resumed.table,
+            resumed.next_version,
+            resumed.protocol,
+            resumed.metadata,
+            rebuild_at=resumed.rebuild_at,
         )
         self._snapshot = resumed.snapshot
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -273,8 +274,86 @@ async def test_commits_removed_can_resume_from_the_oldest_checkpoint(
             collector,
             8,
         )
-    assert "versions skipped: 3..5" in caplog.text
-    assert collector.counter() == expected_changes(uri, 6, 8)
+    # Version 5's commit is still there: only 3 and 4 are gone, and 5 is delivered.
+    assert "versions skipped: 3..4" in caplog.text
+    assert collector.counter() == expected_changes(uri, 5, 8)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("saved_state", [True, False], ids=["saved-state", "no-saved-state"])
+async def test_resuming_from_a_checkpoint_skips_exactly_the_versions_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, saved_state: bool
+) -> None:
+    """Issue 22, case 3: stopped after version 3; log cleanup removed commits 0..12 and
+    left the checkpoint of version 13 with 13.json and after. Versions 4..12 are gone;
+    version 13 is readable from its commit (``changes --from 13 --to 13`` reads it), so it
+    is delivered, and the skipped versions are named exactly. With the stream's own saved
+    table state (the follow path finds the gap) and without it (the start finds it)."""
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    Writer(uri, commits=3).run()  # versions 1..3
+    await _tail_to(tmp_path, uri, 3)
+    Writer(uri, commits=10, first_id=3000).run()  # versions 4..13
+    DeltaTable(uri).create_checkpoint()  # at 13
+    Writer(uri, commits=2, first_id=4000).run()  # versions 14..15
+    expected = expected_changes(uri, 13, 15)
+    _remove_commits(uri, range(0, 13))
+    if not saved_state:
+        shutil.rmtree(tmp_path / "state" / "snapshots")
+    collector = Collector()
+    with caplog.at_level(logging.WARNING, logger="deltastream"):
+        await run_until_delivered(
+            follow(tmp_path, uri, on_missing_versions=OnMissingVersions.RESUME_FROM_CHECKPOINT),
+            collector,
+            15,
+        )
+    skipped = [r.getMessage() for r in caplog.records if "versions skipped" in r.getMessage()]
+    assert skipped == [
+        "t: commits from version 4 were removed from the log before they were read; resuming "
+        "at version 13 (the table state from the checkpoint of version 13); versions "
+        "skipped: 4..12"
+    ]
+    assert collector.counter() == expected
+    assert {r["_commit_version"] for r in collector.rows} == {13, 14, 15}
+
+
+@pytest.mark.anyio
+async def test_a_stream_resumed_inside_retained_commits_follows_on_with_the_checkpoints_state(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Commits 0..4 removed, 5..12 kept, the oldest checkpoint at 10: a stream stopped
+    after version 2 skips 3 and 4 only, delivers 5..12 from their commits, and takes the
+    table state from the checkpoint when it reaches version 10 (a saved state it can use
+    later proves the state is right: the restart after it replays nothing wrong)."""
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    Writer(uri, commits=2).run()  # versions 1..2
+    await _tail_to(tmp_path, uri, 2)
+    Writer(uri, commits=8, first_id=3000).run()  # versions 3..10
+    DeltaTable(uri).create_checkpoint()  # at 10
+    Writer(uri, commits=2, first_id=4000).run()  # versions 11..12
+    expected = expected_changes(uri, 5, 12)
+    _remove_commits(uri, range(0, 5))
+    collector = Collector()
+    config = follow(
+        tmp_path,
+        uri,
+        on_missing_versions=OnMissingVersions.RESUME_FROM_CHECKPOINT,
+        checkpoint_every_versions=1,
+    )
+    with caplog.at_level(logging.WARNING, logger="deltastream"):
+        tailer = await run_until_delivered(config, collector, 12)
+    assert (
+        "resuming at version 5 (the table state from the checkpoint of version 10); "
+        "versions skipped: 3..4"
+    ) in caplog.text
+    assert collector.counter() == expected
+    # The table state the stream saved at 12 is the table's own at 12.
+    table = tailer._follower.table
+    assert table is not None and table.version == 12
+    live = sorted(table.to_log_state().files.column("path").to_pylist())
+    adds = pa.table(DeltaTable(uri).get_add_actions(flatten=True))
+    assert live == sorted(adds.column("path").to_pylist())
 
 
 # ---------------------------------------------------------------- vacuumed files
