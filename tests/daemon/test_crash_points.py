@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -385,3 +386,43 @@ def test_a_reset_killed_at_each_point_blocks_the_stream_until_run_again(
         assert exactly_once_rows(sink, tmp_path) == reference["version"]
     else:
         check_at_least_once(keyed_deliveries(sink, tmp_path, receiver), reference["version"])
+
+
+def replaced_cases() -> Iterator[Any]:
+    for sink in ("jsonl", "parquet"):
+        for point in sorted(DELIVERY_POINTS - {"snapshot.file"}):
+            yield pytest.param(sink, point, id=f"{sink}-{point}")
+
+
+@pytest.mark.parametrize(("sink", "point"), list(replaced_cases()))
+def test_a_table_replaced_after_a_crash_at_each_point_stops_the_stream_with_its_rows_only(
+    sink: str,
+    point: str,
+    table: str,
+    reference: dict[str, list[Row]],
+    tmp_path: Path,
+) -> None:
+    """Issue 22: the replaced-table check in the crash-point matrix. Killed at a point of
+    the delivery protocol, then the table deleted and written anew at its path (with more
+    versions than the stream had read): the restart brings the output back to the committed
+    position, as any restart does, and stops with ``TableReplacedError``: the output is a
+    prefix of the old table's rows, none of the new table's."""
+    uri = str(tmp_path / "table")
+    shutil.copytree(table, uri)
+    old = DeltaTable(uri).metadata().id
+    stream = job(uri, tmp_path, "version", sink_spec(sink, tmp_path, ""))
+    assert run_job(replace(stream, crash=f"{point}:{NTH_PASS[point]}")) == CRASH_EXIT_STATUS
+    shutil.rmtree(uri)
+    write_deltalake(uri, batch(range(5000, 5010), "new"), partition_by=["part"], configuration=CDF)
+    for v in range(1, LATEST + 3):
+        write_deltalake(uri, batch([5000 + 10 * v], "new"), mode="append")
+    new = DeltaTable(uri).metadata().id
+    error_file = tmp_path / "error.json"
+    assert run_job(replace(stream, error_file=str(error_file))) == 1
+    error = json.loads(error_file.read_text())
+    assert error["class"] == "TableReplacedError", error
+    assert error["message"].startswith(f"{uri}: the table was replaced: the table id at version ")
+    assert f"the reader followed table {old}, the table there now is {new}; " in error["message"]
+    rows = exactly_once_rows(sink, tmp_path)
+    assert rows == reference["version"][: len(rows)]  # committed rows only, none repeated
+    assert json.loads((tmp_path / "state" / "position.json").read_text())["table_id"] == old
