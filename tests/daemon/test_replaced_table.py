@@ -25,12 +25,12 @@ import anyio
 import anyio.to_thread
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from tailing import CDF, Collector, batch, eventually, expected_changes
+from tailing import CDF, Collector, batch, eventually, expected_changes, follow_stream
 from test_cli_daemon import ENV, jsonl_rows, start, the_error, wait_for
 
 from deltastream.daemon.crashpoints import CRASH_ENV, CRASH_EXIT_STATUS
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.service import Service, ServiceConfig
 from deltastream.daemon.stream_config import Mode, StartFrom, TailConfig
 from deltastream.daemon.tailer import Tailer
 from deltastream.errors import TableReplacedError
@@ -280,19 +280,9 @@ async def test_serve_stops_the_stream_of_a_replaced_table_and_the_others_go_on(
     write_table(replaced, 2)
     write_table(good, 1)
     collectors = {"replaced": Collector(), "good": Collector()}
-    streams = tuple(
-        StreamConfig(
-            TailConfig(
-                name=name,
-                uri=uri,
-                state=str(tmp_path / "state" / name),
-                mode=Mode.FOLLOW,
-                start=StartFrom(version=0),
-                poll_interval=0.05,
-            ),
-            name,
-        )
-        for name, uri in (("replaced", replaced), ("good", good))
+    streams = (
+        follow_stream(tmp_path, "replaced", replaced, "replaced"),
+        follow_stream(tmp_path, "good", good, "good"),
     )
     service = Service(
         ServiceConfig(streams=streams, http_address="127.0.0.1:0"),
