@@ -21,7 +21,7 @@ import pyarrow as pa
 from deltastream.storage.base import AsyncClosable
 from deltastream.storage.retry import RetryListener
 
-__all__ = ["Delivery", "Guarantee", "Position", "Sink", "StreamRef"]
+__all__ = ["Delivery", "Guarantee", "HeldPosition", "Position", "Sink", "StreamRef"]
 
 Guarantee = Literal["exactly-once", "at-least-once"]
 
@@ -111,6 +111,16 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class HeldPosition:
+    """The position a sink's target holds for a stream, committed in the target's own
+    transaction together with the rows before it (a Delta table's ``txn``, a database's
+    offsets table), and the id of the table whose rows they are."""
+
+    position: Position
+    table_id: str
+
+
+@dataclass(frozen=True)
 class StreamRef:
     """The stream a sink serves, as the tailer tells it in :meth:`Sink.recover`."""
 
@@ -166,10 +176,16 @@ class Sink(AsyncClosable, ABC):
     @abstractmethod
     async def recover(
         self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
-    ) -> None:
+    ) -> HeldPosition | None:
         """Prepare to serve ``stream`` with deliveries after ``committed`` (``None``: the
         stream is new), given the sink state committed with it; take ownership of the
-        output (:class:`~deltastream.errors.SinkInUseError` if another stream has it)."""
+        output (:class:`~deltastream.errors.SinkInUseError` if another stream has it).
+
+        A sink that commits the stream's position in its target's own transaction, with the
+        rows, returns what the target holds (``None``: nothing of this stream yet): the
+        stream then resumes there, whatever its state says, so that a crash between the
+        target's commit and the state's repeats nothing and loses nothing. Other sinks
+        return ``None``."""
 
     @abstractmethod
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:

@@ -54,7 +54,7 @@ import anyio
 
 from deltastream.changes.planner import ChangeSchemas
 from deltastream.daemon.crashpoints import crash_point
-from deltastream.daemon.delivery import Position, Sink, StreamRef
+from deltastream.daemon.delivery import HeldPosition, Position, Sink, StreamRef
 from deltastream.daemon.metrics import TableMetrics
 from deltastream.daemon.pump import DeliveryPump, RoundEnd, Stopped
 from deltastream.daemon.resume import (
@@ -74,7 +74,7 @@ from deltastream.daemon.stream_config import (  # defined there, re-exported her
 )
 from deltastream.daemon.table_follower import Progress, TableFollower
 from deltastream.daemon.watcher import LogWatcher
-from deltastream.errors import InvalidArgumentError
+from deltastream.errors import InvalidArgumentError, SinkRecoveryError, TableReplacedError
 from deltastream.log.listing import list_log
 from deltastream.log.paths import LogFile
 from deltastream.log.segment import LogListing
@@ -245,19 +245,25 @@ class Tailer:
                     "sink": self.sink.description,
                 },
             )
-            await self.sink.recover(self._stream_ref, committed.position, committed.sink)
+            held = await self.sink.recover(self._stream_ref, committed.position, committed.sink)
+            if held is not None:
+                committed = self._adopt(committed, held)
             # Before anything is read: is the table still the one the stream followed? (A
             # table deleted and written anew at its path is not.) The sink's output was
             # brought back to the committed position first, whatever the answer.
             self._guard = TableGuard(self._store, committed.table_id, self._remedy)
             await self._guard.verify(_read_through(committed.position))
+            position = committed.position
         else:
-            await self.sink.recover(self._stream_ref, None, {})
-        position = committed.position if committed else await initial_position(self._store, cfg)
+            held = await self.sink.recover(self._stream_ref, None, {})
+            if held is not None:
+                self._log_held(held, None)
+                await self._verify_held(held)
+            position = held.position if held else await initial_position(self._store, cfg)
         saved = committed.snapshot_version if committed else None
         resumed = await load_state(self._store, cfg, self._states, position, saved)
         self._begin(resumed)
-        if committed is None:
+        if committed is None and held is None:
             # A new stream follows the table it found; the mark its listings look for is
             # that of the version it starts after.
             self._guard = TableGuard(self._store, resumed.metadata.id, self._remedy)
@@ -287,6 +293,57 @@ class Tailer:
         )
         self.metrics.last_delivered_version = taken.position.version - 1
         self.started_at = taken.position
+
+    def _adopt(self, committed: StreamState, held: HeldPosition) -> StreamState:
+        """The committed state, with the position of a sink that keeps its own with its rows
+        (in the target's transaction): the target is right about what it holds, whichever
+        way the two differ (a crash between the target's commit and the state's; a state
+        restored from an older or newer copy than the target)."""
+        self._check_held(held, committed.table_id)
+        if held.position == committed.position:
+            return committed
+        self._log_held(held, committed.position)
+        return replace(committed, position=held.position, round_end=None)
+
+    def _check_held(self, held: HeldPosition, table_id: str) -> None:
+        if held.table_id != table_id:
+            raise SinkRecoveryError(
+                self.sink.description,
+                f"holds the rows of stream {self.config.name!r} from table {held.table_id} "
+                f"(up to {held.position}), but the stream follows table {table_id}; the "
+                f"target belongs to another table's stream: {self._remedy}",
+            )
+
+    async def _verify_held(self, held: HeldPosition) -> None:
+        """A new stream resuming where its sink's target is: the table must be the one whose
+        rows the target holds, up to its position."""
+        guard = TableGuard(self._store, held.table_id, self._remedy)
+        try:
+            await guard.verify(_read_through(held.position))
+        except TableReplacedError as e:
+            raise SinkRecoveryError(
+                self.sink.description,
+                f"holds the rows of stream {self.config.name!r} from table {held.table_id} (up "
+                f"to {held.position}), but the table at {self._store.root_uri} is not that one "
+                f"({e}); the target belongs to another table's stream",
+            ) from e
+        self._guard = guard
+
+    def _log_held(self, held: HeldPosition, state: Position | None) -> None:
+        cfg = self.config
+        log.warning(
+            "%s: %s holds the stream's rows up to %s, the state %s; resuming where the sink is",
+            cfg.name,
+            self.sink.description,
+            held.position,
+            "no position" if state is None else f"says {state}",
+            extra={
+                "stream": cfg.name,
+                "sink": self.sink.description,
+                "position": str(held.position),
+                "state_position": None if state is None else str(state),
+            },
+        )
 
     def _begin(self, resumed: Resumed) -> None:
         """Follow from what :mod:`~deltastream.daemon.resume` found."""
