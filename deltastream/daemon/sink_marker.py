@@ -27,8 +27,9 @@ from typing import Any
 
 from deltastream.daemon.delivery import Position, StreamRef
 from deltastream.errors import SinkInUseError, StorageError
+from deltastream.storage.local import fsync_path
 
-__all__ = ["Intent", "OutputMarker", "fsync_path"]
+__all__ = ["Intent", "OutputMarker"]
 
 _FORMAT = 1
 #: Records are padded to this size and written in place with one ``pwrite``.
@@ -149,13 +150,3 @@ class OutputMarker:
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # torn or foreign: proves nothing
-
-
-def fsync_path(path: str | Path) -> None:
-    """Make a file's bytes durable, or, for a directory, the renames, creations and deletions
-    in it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -45,7 +45,7 @@ from deltastream.storage.base import (
 if TYPE_CHECKING:
     from watchfiles._rust_notify import RustNotify
 
-__all__ = ["LocalStore"]
+__all__ = ["LocalStore", "fsync_path"]
 
 #: watchfiles' code for a deleted path (watchfiles.Change.deleted), as RustNotify reports it.
 _DELETED = 3
@@ -53,6 +53,16 @@ _DELETED = 3
 
 def _has_inotify_simple() -> bool:
     return importlib.util.find_spec("inotify_simple") is not None
+
+
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Make a file's bytes durable, or, for a directory, the renames, creations and
+    deletions in it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _tag_of(st: os.stat_result) -> str:
@@ -365,7 +375,12 @@ class LocalStore(ObjectStore):
                                 "already exists" if if_match == "" else "changed by another writer",
                             )
                     os.replace(tmp, path)
-                    return _current_tag(path)
+                    tag = _current_tag(path)
+                # The rename is durable only once the directory is: a state written, then
+                # files deleted on its strength (a reset, a pruned snapshot), must not come
+                # back older after a power loss.
+                fsync_path(path.parent)
+                return tag
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)

@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, StreamRef
-from deltastream.daemon.sink_marker import fsync_path
 from deltastream.daemon.stream_config import STREAM_NAME
 from deltastream.errors import InvalidArgumentError, StorageError
 from deltastream.output import create_temp_file
+from deltastream.storage.local import fsync_path
 
 #: One logger for the whole package, named as when the sinks were one module, so that log
 #: output and log configuration do not depend on which module a sink lives in.

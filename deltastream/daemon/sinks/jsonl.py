@@ -17,7 +17,7 @@ import anyio.to_thread
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.sink_marker import OutputMarker, fsync_path
+from deltastream.daemon.sink_marker import OutputMarker
 from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, _writing, log
 from deltastream.errors import (
     InvalidArgumentError,
@@ -27,6 +27,7 @@ from deltastream.errors import (
     StorageError,
 )
 from deltastream.output import batch_to_json_lines
+from deltastream.storage.local import fsync_path
 
 #: How much of a jsonl file's end its committed state fingerprints.
 _TAIL_BYTES = 4096

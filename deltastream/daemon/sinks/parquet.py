@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.sink_marker import OutputMarker, fsync_path
+from deltastream.daemon.sink_marker import OutputMarker
 from deltastream.daemon.sinks.common import (
     _TOKEN,
     SPEC_FORMS,
@@ -43,6 +43,7 @@ from deltastream.daemon.sinks.common import (
     log,
 )
 from deltastream.errors import InvalidArgumentError, SinkRecoveryError
+from deltastream.storage.local import fsync_path
 
 #: ``{table}-{from_version:020d}-{to_version:020d}-{start token}.parquet``. The table name may
 #: contain ``-``, but everything after it has a fixed width, so the split is unambiguous.
