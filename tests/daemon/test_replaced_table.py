@@ -310,3 +310,24 @@ async def test_serve_stops_the_stream_of_a_replaced_table_and_the_others_go_on(
     assert "the table was replaced" in degraded["replaced"]["last_error"]
     assert service.metrics["replaced"].restarts == 0
     assert all(r["name"].startswith("old") for r in collectors["replaced"].rows)
+
+
+@pytest.mark.anyio
+async def test_an_idle_poll_is_still_one_list_and_no_get(tmp_path: Path) -> None:
+    """The check rides on the listing each poll makes anyway (one version early): while the
+    table stays put, a poll reads nothing."""
+    uri = str(tmp_path / "t")
+    write_table(uri, 3)
+    tailer = Tailer(config(uri, tmp_path / "state", notifications=False), Collector().sink())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tailer.run)
+        await eventually(lambda: tailer.position == Position(4))
+        await eventually(lambda: tailer.metrics.polls >= 3)
+        stats = tailer._store.stats  # the table's store (a test may look inside)
+        lists, gets, polls = stats.list_requests, stats.get_requests, tailer.metrics.polls
+        await eventually(lambda: tailer.metrics.polls >= polls + 10)
+        lists, gets = stats.list_requests - lists, stats.get_requests - gets
+        polled = tailer.metrics.polls - polls
+        tailer.stop()
+    assert gets == 0
+    assert polled <= lists <= polled + 1  # one LIST per poll (one may be under way)
