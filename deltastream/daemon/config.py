@@ -12,6 +12,8 @@
     degraded_after_seconds = 60  # /healthz 503 once a stream retried this long in vain
     max_restarts = 3             # ... or restarted more often than this
     restart_window_seconds = 600 # ... within this many seconds
+    # stuck_after_seconds = 300  # /healthz 503 "stuck" after this long without progress
+                                 # (unset: max(120 s, 10 poll intervals) per stream)
 
     [defaults]                   # any table key; applies to every table that does not set it
     state_dir = "/var/lib/deltastream"  # a table's state defaults to <state_dir>/<name>
@@ -46,12 +48,11 @@ loaded (an unset one is an error naming it), and header values are never shown.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from deltastream.daemon.address import parse_address
-from deltastream.daemon.logs import LOG_SUMMARY_INTERVAL
 from deltastream.daemon.service import ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.stream_config import OPTIONS, convert_options, tail_config
@@ -69,6 +70,7 @@ SERVER_KEYS = (
     "degraded_after_seconds",
     "max_restarts",
     "restart_window_seconds",
+    "stuck_after_seconds",
 )
 #: Keys of a ``[[tables]]`` entry (and of ``[defaults]``, plus ``state_dir``): the stream's
 #: identity, its sink, and the stream options.
@@ -118,13 +120,10 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
         http = _str(server.get("http", "127.0.0.1:9464"), "http")
         if http:
             parse_address(http, "'http'")
-        shutdown_grace = _seconds(server, "shutdown_grace", 8.0)
-        log_format = _str(server.get("log_format", "text"), "log_format")
-        log_level = _str(server.get("log_level", "info"), "log_level")
-        log_summary_interval = _seconds(server, "log_summary_interval", LOG_SUMMARY_INTERVAL)
-        degraded_after = _seconds(server, "degraded_after_seconds", 60.0)
-        max_restarts = _count(server, "max_restarts", 3)
-        restart_window = _seconds(server, "restart_window_seconds", 600.0)
+        # Only the keys given: ServiceConfig holds the defaults (one place for them).
+        settings: dict[str, Any] = {
+            key: check(server, key) for key, check in _SERVER_SETTINGS.items() if key in server
+        }
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"{source} [server]: {e}") from None
     try:
@@ -133,14 +132,8 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
         return ServiceConfig(
             streams=tuple(streams),
             http_address=http or None,
-            shutdown_grace=shutdown_grace,
             work_dir=server.get("work_dir"),
-            log_format=log_format,
-            log_level=log_level,
-            log_summary_interval=log_summary_interval,
-            degraded_after_seconds=degraded_after,
-            max_restarts=max_restarts,
-            restart_window_seconds=restart_window,
+            **settings,
         )
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"{source}: {e}") from e
@@ -219,16 +212,34 @@ def _str(value: object, key: str) -> str:
     return value
 
 
-def _seconds(server: Mapping[str, Any], key: str, default: float) -> float:
-    value = server.get(key, default)
+def _seconds(server: Mapping[str, Any], key: str) -> float:
+    value = server[key]
     # bool is an int to Python, but ``true`` is no number of seconds (nor of restarts).
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentError(f"{key!r} must be a number of seconds, not {value!r}")
     return float(value)
 
 
-def _count(server: Mapping[str, Any], key: str, default: int) -> int:
-    value = server.get(key, default)
+def _count(server: Mapping[str, Any], key: str) -> int:
+    value = server[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{key!r} must be a whole number, not {value!r}")
     return value
+
+
+def _text(server: Mapping[str, Any], key: str) -> str:
+    return _str(server[key], key)
+
+
+#: The ``[server]`` keys that are :class:`ServiceConfig` fields of the same name, and how
+#: each is checked.
+_SERVER_SETTINGS: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
+    "shutdown_grace": _seconds,
+    "log_format": _text,
+    "log_level": _text,
+    "log_summary_interval": _seconds,
+    "degraded_after_seconds": _seconds,
+    "max_restarts": _count,
+    "restart_window_seconds": _seconds,
+    "stuck_after_seconds": _seconds,
+}

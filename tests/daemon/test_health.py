@@ -233,10 +233,18 @@ def test_health_thresholds_from_the_config_file() -> None:
     config = parse_config({"tables": tables})
     assert (config.degraded_after_seconds, config.max_restarts) == (60.0, 3)
     assert config.restart_window_seconds == 600.0
-    server = {"degraded_after_seconds": 5, "max_restarts": 0, "restart_window_seconds": 30.5}
+    assert config.stuck_after_seconds is None
+    assert config.stuck_after(config.streams[0].tail) == 120.0
+    server = {
+        "degraded_after_seconds": 5,
+        "max_restarts": 0,
+        "restart_window_seconds": 30.5,
+        "stuck_after_seconds": 45,
+    }
     config = parse_config({"server": server, "tables": tables})
     assert (config.degraded_after_seconds, config.max_restarts) == (5.0, 0)
     assert config.restart_window_seconds == 30.5
+    assert config.stuck_after(config.streams[0].tail) == 45.0
 
 
 @pytest.mark.parametrize(
@@ -250,6 +258,8 @@ def test_health_thresholds_from_the_config_file() -> None:
         ("max_restarts", True),
         ("restart_window_seconds", -0.5),
         ("restart_window_seconds", math.nan),
+        ("stuck_after_seconds", -3),
+        ("stuck_after_seconds", "120"),
     ],
 )
 def test_bad_health_thresholds_are_refused_naming_the_key(key: str, value: object) -> None:
