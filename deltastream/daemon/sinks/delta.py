@@ -218,22 +218,27 @@ def delta_storage_options(uri: str, options: Mapping[str, str] | None) -> dict[s
             out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "true" if style else "false"
         return {k: v for k, v in out.items() if v is not None}
     if kind == "az":
-        from deltastream.storage.azure.options import AzureOptions
+        from deltastream.storage.azure.options import EMULATOR_ACCOUNT, EMULATOR_KEY, AzureOptions
+        from deltastream.storage.paths import parse_azure_uri
 
         az = AzureOptions.from_storage_options(options)
+        location = parse_azure_uri(uri)
+        account = az.account_for(uri, location.account)
+        # The emulator's well-known key, when the store would use it too.
+        emulator = az.use_emulator or (az.endpoint_url is not None and account == EMULATOR_ACCOUNT)
+        key = az.account_key or (EMULATOR_KEY if emulator and not az.sas_token else None)
+        endpoint = az.endpoint_url or (az.account_url(account, None) if az.use_emulator else None)
         out = {
-            "azure_storage_account_name": az.account_name,
-            "azure_storage_account_key": az.account_key,
+            "azure_storage_account_name": account,
+            "azure_storage_account_key": key,
             "azure_storage_sas_key": az.sas_token,
             "azure_storage_client_id": az.client_id,
             "azure_storage_client_secret": az.client_secret,
             "azure_storage_tenant_id": az.tenant_id,
-            "azure_storage_use_emulator": "true" if az.use_emulator else None,
+            "azure_endpoint": endpoint,
         }
-        if az.endpoint_url and not az.use_emulator:
-            out["azure_storage_endpoint"] = az.endpoint_url
-            if az.endpoint_url.lower().startswith("http://"):
-                out["azure_storage_allow_http"] = "true"
+        if endpoint and endpoint.lower().startswith("http://"):
+            out["azure_allow_http"] = "true"
         return {k: v for k, v in out.items() if v is not None}
     from deltastream.storage.gcs.options import DEFAULT_ENDPOINT, GcsOptions
 
