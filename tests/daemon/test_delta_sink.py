@@ -536,3 +536,65 @@ def test_azure_and_gcs_settings_reach_delta_rs_in_its_names() -> None:
     }
     with pytest.raises(InvalidArgumentError, match="reaches Google Cloud Storage only at"):
         delta_storage_options("gs://b/t", {"endpoint_url": "http://127.0.0.1:9"})
+
+
+@pytest.mark.anyio
+async def test_a_conflict_under_a_running_stream_is_counted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer rewrites a file of the change log while the stream runs (an update that
+    changes no value): the stream's next commit loses to it, is retried (counted in the
+    stream's metrics, logged once naming the stream), and every change row is in the target
+    once."""
+    uri, target = str(tmp_path / "src"), str(tmp_path / "out")
+    create_table(uri, rows=9)
+    tailer = Tailer(config(uri, tmp_path / "state"), parse_sink(f"delta:{target}"))
+    with caplog.at_level(logging.WARNING, logger="deltastream"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tailer.run)
+            await eventually(lambda: (tailer.position or Position(-1)) >= Position(1))
+            DeltaTable(target).update(predicate="id = 0", updates={"name": "name"})
+            write_deltalake(uri, batch(range(10, 13)), mode="append")  # version 1
+            await eventually(lambda: (tailer.position or Position(-1)) >= Position(2))
+            tailer.stop()
+    assert tailer.metrics.sink_retries == 1
+    retried = [r.getMessage() for r in caplog.records if "retry 1 in" in r.getMessage()]
+    assert len(retried) == 1 and retried[0].startswith(f"s: commit {target} failed (")
+    assert target_changes(target) == expected_changes(uri, 0, 1)
+
+
+@pytest.mark.anyio
+async def test_a_dropped_source_column_stops_the_stream_naming_both_schemas(
+    tmp_path: Path,
+) -> None:
+    """Followed past a non-additive change (``on_schema_change="continue"``: the table
+    overwritten without its ``name`` column), rows that lack a column of the target do not
+    fit it: the stream stops, committing nothing."""
+    uri, target = str(tmp_path / "src"), str(tmp_path / "out")
+    create_table(uri, rows=3)
+    cfg = config(uri, tmp_path / "state", on_schema_change="continue", max_rows_per_delivery=100)
+    await run_until(cfg, parse_sink(f"delta:{target}"), 0)
+    narrower = pa.table({"id": pa.array([5], pa.int64()), "part": ["p2"]})
+    write_deltalake(uri, narrower, mode="overwrite", schema_mode="overwrite")
+    before = DeltaTable(target).version()
+    with pytest.raises(SinkRejectedError) as caught:
+        await Tailer(cfg, parse_sink(f"delta:{target}")).run()
+    message = str(caught.value)
+    assert "the rows' schema (id long, part string, _change_type string" in message
+    assert "(id long, name string, part string, _change_type string" in message
+    assert DeltaTable(target).version() == before
+
+
+@pytest.mark.anyio
+async def test_partition_by_partitions_a_new_target_and_must_match_an_existing_one(
+    tmp_path: Path,
+) -> None:
+    uri, target = str(tmp_path / "src"), str(tmp_path / "out")
+    create_table(uri, rows=6)
+    await run_until(config(uri, tmp_path / "a"), parse_sink(f"delta:{target}?partition_by=part"), 0)
+    assert DeltaTable(target).metadata().partition_columns == ["part"]
+    assert target_changes(target) == expected_changes(uri, 0, 0)
+    with pytest.raises(SinkRejectedError, match=r"is partitioned by \(part\), not by \(name\)"):
+        spec = f"delta:{target}-2?partition_by=name"
+        write_deltalake(f"{target}-2", batch([1]), partition_by=["part"])
+        await Tailer(config(uri, tmp_path / "b"), parse_sink(spec)).run()
