@@ -25,6 +25,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from tailing import Writer, batch, change_key, create_table, eventually, expected_changes
 
+from deltastream.daemon.config import parse_config
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
 from deltastream.daemon.sinks import DeltaSink, parse_sink
 from deltastream.daemon.sinks.delta import (
@@ -43,6 +44,7 @@ from deltastream.errors import (
 )
 from deltastream.snapshot.loader import load_table_state
 from deltastream.storage import open_store
+from deltastream.storage.azure.options import EMULATOR_KEY
 
 STREAM = "s"
 
@@ -517,8 +519,6 @@ def test_the_command_line_reports_a_delta_sink_failure_in_one_line(tmp_path: Pat
 def test_azure_and_gcs_settings_reach_delta_rs_in_its_names() -> None:
     """(An Azure target is not run end to end: delta-rs 1.6 on Azurite fails from a table's
     third commit, "Invalid table version: 1", delta-rs issue 3716.)"""
-    from deltastream.storage.azure.options import EMULATOR_KEY
-
     emulator = {"endpoint_url": "http://127.0.0.1:10000/devstoreaccount1", "use_emulator": "true"}
     assert delta_storage_options("az://c/t", emulator) == {
         "azure_storage_account_name": "devstoreaccount1",
@@ -598,3 +598,16 @@ async def test_partition_by_partitions_a_new_target_and_must_match_an_existing_o
         spec = f"delta:{target}-2?partition_by=name"
         write_deltalake(f"{target}-2", batch([1]), partition_by=["part"])
         await Tailer(config(uri, tmp_path / "b"), parse_sink(spec)).run()
+
+
+def test_two_streams_of_one_file_cannot_share_a_target(tmp_path: Path) -> None:
+    tables = [
+        {"name": n, "uri": "/t", "sink": f"delta:{tmp_path}/out{q}", "state": f"/s/{n}"}
+        for n, q in (("a", ""), ("b", "?mode=merge&key=id"))
+    ]
+    with pytest.raises(InvalidArgumentError) as caught:
+        parse_config({"tables": tables}, "c.toml")
+    assert str(caught.value) == (
+        f"c.toml: streams 'a' and 'b' write to the same output (delta:{tmp_path}/out); each "
+        "stream needs its own sink output"
+    )
