@@ -611,3 +611,18 @@ def test_two_streams_of_one_file_cannot_share_a_target(tmp_path: Path) -> None:
         f"c.toml: streams 'a' and 'b' write to the same output (delta:{tmp_path}/out); each "
         "stream needs its own sink output"
     )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("rows_per_delivery", [1, 100])
+async def test_a_commit_replacing_rows_keeps_them_in_the_mirror(
+    tmp_path: Path, rows_per_delivery: int
+) -> None:
+    """An overwrite of a partition (delete and insert of the same keys in one commit),
+    within one delivery and split across deliveries one row each."""
+    uri, target = str(tmp_path / "src"), str(tmp_path / "mirror")
+    create_table(uri, rows=9)
+    write_deltalake(uri, batch([1, 4, 7], name="new"), mode="overwrite", predicate="part = 'p1'")
+    cfg = config(uri, tmp_path / "state", max_rows_per_delivery=rows_per_delivery)
+    await run_until(cfg, parse_sink(f"delta:{target}?mode=merge&key=id"), 1)
+    assert rows_of(target) == rows_of(uri) and (4, "new4", "p1") in rows_of(target)
