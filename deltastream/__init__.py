@@ -17,6 +17,7 @@ from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import (
     CallbackSink,
+    DeltaSink,
     ExecSink,
     HttpSink,
     JsonlSink,
@@ -61,6 +62,7 @@ from deltastream.errors import (
     SinkError,
     SinkInUseError,
     SinkRecoveryError,
+    SinkRejectedError,
     StateConflictError,
     StorageError,
     TableNotFoundError,
@@ -127,6 +129,7 @@ __all__ = [
     "DeletionVectorDescriptor",
     "DeletionVectorError",
     "Delivery",
+    "DeltaSink",
     "DeltaStreamError",
     "DomainMetadata",
     "ExecSink",
@@ -161,6 +164,7 @@ __all__ = [
     "SinkError",
     "SinkInUseError",
     "SinkRecoveryError",
+    "SinkRejectedError",
     "Snapshot",
     "StartFrom",
     "StateConflictError",

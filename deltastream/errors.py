@@ -40,6 +40,7 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
         ├── HttpStatusError           an HTTP sink's endpoint rejected a delivery
         ├── SinkRecoveryError         the sink's output does not match the stream's state
         ├── SinkInUseError            another stream owns the sink's output
+        ├── SinkRejectedError         the sink's target cannot take the rows as they are
         └── OutputClosedError         the reader of the sink's output went away (a closed pipe)
 """
 
@@ -77,6 +78,7 @@ __all__ = [
     "SinkError",
     "SinkInUseError",
     "SinkRecoveryError",
+    "SinkRejectedError",
     "StateConflictError",
     "StorageError",
     "TableNotFoundError",
@@ -471,6 +473,14 @@ class SinkRecoveryError(SinkError):
 
 class SinkInUseError(SinkError):
     """Another stream (in this process or another one) is writing to the same output."""
+
+    transient = False
+
+
+class SinkRejectedError(SinkError):
+    """The sink's target cannot take the rows as they are, and retrying cannot change that:
+    their schema does not fit the target's (a column dropped or retyped), a merge key is
+    missing or null. Nothing of the delivery was committed; ``sink`` names the target."""
 
     transient = False
 

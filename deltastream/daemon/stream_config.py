@@ -361,6 +361,21 @@ class TailConfig:
             metavar="KEY=VALUE",
         ),
     ] = field(default=None, repr=False)
+    #: Options for the store of a sink that writes to one (``delta:s3://…``; default:
+    #: ``storage_options`` if the sink's target and the table are in object stores of one
+    #: kind).
+    sink_options: Annotated[
+        Mapping[str, str] | None,
+        BeforeValidator(_texts),
+        Must("must be a table of strings"),
+        Option(
+            "--sink-option",
+            "store setting for a delta sink's target (default: --storage-option if both are "
+            "in object stores of one kind); may repeat",
+            CliForm.PAIRS,
+            metavar="KEY=VALUE",
+        ),
+    ] = field(default=None, repr=False)
     columns: Annotated[
         Sequence[str] | None,
         BeforeValidator(_tuple),
@@ -525,10 +540,21 @@ class TailConfig:
         """The state store's options: ``state_storage_options``, or by default the table's
         ``storage_options`` when both are in object stores of the same kind (both on S3, both
         on GCS, both on Azure)."""
-        if self.state_storage_options is not None:
-            return self.state_storage_options
+        return self._store_options(self.state_storage_options, self.state)
+
+    def resolved_sink_options(self, target: str) -> Mapping[str, str]:
+        """The options of the store a sink writes to at ``target`` (a delta sink's table):
+        ``sink_options``, or by default the table's ``storage_options`` when both are in
+        object stores of the same kind."""
+        return self._store_options(self.sink_options, target)
+
+    def _store_options(self, given: Mapping[str, str] | None, uri: str) -> Mapping[str, str]:
+        # One rule for every other store a stream uses: its own options if given, else the
+        # table's when they can apply (the same kind of object store), else none.
+        if given is not None:
+            return given
         kind = store_kind(self.uri)
-        same_store = kind != "file" and store_kind(self.state) == kind
+        same_store = kind != "file" and store_kind(uri) == kind
         return self.storage_options if same_store else {}
 
     def __post_init__(self) -> None:
@@ -545,6 +571,7 @@ class TailOptions(TypedDict, total=False):
     start: StartFrom | str | int
     storage_options: Mapping[str, str]
     state_storage_options: Mapping[str, str] | None
+    sink_options: Mapping[str, str] | None
     columns: Sequence[str] | None
     where: str | None
     poll_interval: float

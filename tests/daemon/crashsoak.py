@@ -7,10 +7,12 @@ Shared by ``tests/daemon/test_crash.py`` (a short run) and
 one root directory: the table, the configuration, the daemon's log, the state directories
 and the sinks' output.
 
-The daemon follows the table with four streams: a ``jsonl`` and a ``parquet`` sink, each once
+The daemon follows the table with six streams: a ``jsonl`` and a ``parquet`` sink, each once
 with the default state snapshots (every 1000 versions or 600 s: never, in processes that
 live about a second) and once with ``checkpoint_every_versions = 1`` (a snapshot of the
-table's state after every version). Small deliveries (``max_rows_per_delivery``) split
+table's state after every version); a ``delta`` sink (a change log in a Delta table, which
+must hold each change row exactly once) and a ``delta`` merge mirror (which must hold exactly
+the table's rows at its last version). Small deliveries (``max_rows_per_delivery``) split
 versions, so kills land inside versions too.
 
 What keeps restarts cheap as the table grows: the table stays small (deletes remove a
@@ -72,7 +74,7 @@ KINDS = (
 @dataclass(frozen=True)
 class Stream:
     name: str
-    sink: str  # "jsonl" or "parquet"
+    sink: str  # "jsonl", "parquet", "delta" or "delta-merge"
     checkpoint_every_versions: int | None  # None: the default
 
     @property
@@ -80,12 +82,21 @@ class Stream:
         every = self.checkpoint_every_versions
         return f"{self.sink}, snapshots {'default' if every is None else f'every {every}'}"
 
+    def spec(self, root: Path) -> str:
+        if self.sink == "jsonl":
+            return f"jsonl:{root / 'out' / f'{self.name}.jsonl'}"
+        if self.sink == "delta-merge":
+            return f"delta:{root / 'out' / self.name}?mode=merge&key=id"
+        return f"{self.sink}:{root / 'out' / self.name}"
+
 
 STREAMS = (
     Stream("jsonl", "jsonl", None),
     Stream("jsonl_every1", "jsonl", 1),
     Stream("parquet", "parquet", None),
     Stream("parquet_every1", "parquet", 1),
+    Stream("delta", "delta", None),
+    Stream("delta_mirror", "delta-merge", None),
 )
 
 #: Seconds a kill-and-restart adds to the delay (SIGKILL, wait, reading the positions).
@@ -243,8 +254,7 @@ def resumes(lines: list[str]) -> list[tuple[str, int, int]]:
 def write_config(root: Path, uri: str, options: SoakOptions) -> Path:
     tables = []
     for s in STREAMS:
-        target = root / "out" / (f"{s.name}.jsonl" if s.sink == "jsonl" else s.name)
-        entry = f'[[tables]]\nname = "{s.name}"\nuri = "{uri}"\nsink = "{s.sink}:{target}"\n'
+        entry = f'[[tables]]\nname = "{s.name}"\nuri = "{uri}"\nsink = "{s.spec(root)}"\n'
         if s.checkpoint_every_versions is not None:
             entry += f"checkpoint_every_versions = {s.checkpoint_every_versions}\n"
         tables.append(entry)
@@ -273,6 +283,11 @@ def delivered_rows(root: Path, stream: Stream) -> list[dict[str, Any]]:
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines()]
+    if stream.sink.startswith("delta"):
+        target = root / "out" / stream.name
+        if not target.exists():
+            return []
+        return DeltaTable(str(target)).to_pyarrow_table().to_pylist()
     files = sorted((root / "out" / stream.name).glob(f"{stream.name}-*.parquet"))
     return [r for f in files for r in pq.read_table(f).to_pylist()]
 
@@ -297,6 +312,26 @@ def compare(expected: Counter[Row], rows: list[dict[str, Any]], result: StreamRe
     result.lost = (expected - delivered).total()
     result.repeated = sum(n for key, n in surplus.items() if key in expected)
     result.unexpected = sum(n for key, n in surplus.items() if key not in expected)
+
+
+def compare_mirror(
+    snapshot: list[dict[str, Any]], rows: list[dict[str, Any]], result: StreamResult
+) -> None:
+    """A mirror against the table's rows at the last version: rows missing are lost, rows
+    held twice repeated, rows the table does not have (an old value, a deleted key)
+    unexpected."""
+
+    def key(row: dict[str, Any]) -> Row:
+        return (row["id"], row["name"], row["part"])
+
+    expected = Counter(key(r) for r in snapshot)
+    held = Counter(key(r) for r in rows)
+    surplus = held - expected
+    result.expected = expected.total()
+    result.delivered = held.total()
+    result.lost = (expected - held).total()
+    result.repeated = sum(n for k, n in surplus.items() if k in expected)
+    result.unexpected = sum(n for k, n in surplus.items() if k not in expected)
 
 
 def run_soak(
@@ -378,8 +413,12 @@ def run_soak(
 
     t2 = time.monotonic()
     expected = expected_changes(uri, 0, result.latest)
+    snapshot = DeltaTable(uri, version=result.latest).to_pyarrow_table().to_pylist()
     for s in STREAMS:
-        compare(expected, delivered_rows(root, s), results[s.name])
+        if s.sink == "delta-merge":
+            compare_mirror(snapshot, delivered_rows(root, s), results[s.name])
+        else:
+            compare(expected, delivered_rows(root, s), results[s.name])
         if s.sink == "parquet":
             directory = root / "out" / s.name
             result.temp_files += [str(p) for p in sorted(directory.glob(".*.tmp"))]
@@ -460,13 +499,13 @@ def format_report(result: SoakResult) -> str:
         f"({result.kill_phase_s / max(result.kills, 1):.2f} s/kill), final catch-up "
         f"{result.catch_up_s:.1f} s, comparison {result.compare_s:.1f} s",
         "",
-        f"{'stream':<16} {'sink, snapshots':<26} {'kills':>6} {'versions':>8} {'expected':>9} "
+        f"{'stream':<16} {'sink, snapshots':<30} {'kills':>6} {'versions':>8} {'expected':>9} "
         f"{'delivered':>9} {'lost':>6} {'repeated':>8} {'mid-ver':>7} {'twice':>6} "
         f"{'resumed-mid':>11}",
     ]
     for s in result.streams:
         lines.append(
-            f"{s.name:<16} {s.label:<26} {result.kills:>6} {result.latest + 1:>8} "
+            f"{s.name:<16} {s.label:<30} {result.kills:>6} {result.latest + 1:>8} "
             f"{s.expected:>9} {s.delivered:>9} {s.lost:>6} {s.repeated:>8} "
             f"{s.killed_mid_version:>7} {s.twice_in_version:>6} {s.resumed_mid_version:>11}"
             + (f"  ({s.unexpected} rows not in the change data feed)" if s.unexpected else "")

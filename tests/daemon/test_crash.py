@@ -2,7 +2,8 @@
 moments, over and over, while a writer commits (appends, updates, deletes, merges,
 compactions, checkpoints). After each kill it is restarted; at the end each exactly-once
 sink, with and without a state snapshot after every version, holds every change row exactly
-once: nothing lost, nothing repeated.
+once: nothing lost, nothing repeated (a Delta change log too), and a Delta merge mirror holds
+exactly the table's rows at its last version.
 
 The scenario is ``crashsoak.run_soak``; ``tests/benchmarks/soak_crash.py`` runs it at scale
 (1,000 kills)."""

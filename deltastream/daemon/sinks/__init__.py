@@ -11,13 +11,19 @@ spec                   guarantee      what it does per delivery
 ``parquet:DIR``        exactly-once   writes one parquet file per delivery, atomically
 ``http://URL``         at-least-once  POSTs one JSON document (``https://`` too)
 ``exec:COMMAND``       at-least-once  writes a parquet file and runs ``/bin/sh -c COMMAND``
+``delta:URI``          exactly-once   appends the rows to a Delta table in one commit whose
+                                      ``txn`` action holds the position
+``delta:URI?mode=      exactly-once   keeps a mirror of the source table in a Delta table:
+merge&key=K``                         one ``MERGE`` per delivery, with the ``txn`` too
 (Python API)           at-least-once  :class:`CallbackSink` calls a function
 =====================  =============  ====================================================
 
 An http sink's headers (``Authorization``: ``${NAME}`` reads an environment variable), timeout
 and TLS verification are the stream's ``http_*`` settings, and an exec sink's timeout its
-``exec_timeout`` (:mod:`~deltastream.daemon.stream_config`), given to :func:`parse_sink` as
-``stream``; without one, each sink takes the settings' defaults.
+``exec_timeout`` (:mod:`~deltastream.daemon.stream_config`), and a delta sink's store settings
+the stream's ``sink_options`` (default: the table's ``storage_options`` when both are in
+object stores of one kind), given to :func:`parse_sink` as ``stream``; without one, each
+sink takes the settings' defaults.
 
 How exactly-once works. The tailer commits a delivery's end position together with the state
 ``deliver`` returned, atomically, only after ``deliver`` returned. A crash can come at any
@@ -43,6 +49,10 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
   one), which ``recover`` checks the files before the committed position against: a file
   missing or of another size is named (each file's footer names the one before it). Readers
   should ignore names starting with ``.`` (pyarrow, Spark and most tools do).
+* ``delta:URI`` commits the stream's position in the target's own transaction: each commit
+  carries a ``txn`` action (:mod:`~deltastream.daemon.sinks.delta`), and ``recover`` returns
+  it as a :class:`~deltastream.daemon.delivery.HeldPosition`, where the stream resumes.
+  Nothing is ever undone; a reset leaves the target's rows (and its ``txn``) as they are.
 * Anything else (output when the state has no position, output past the committed position
   that no in-flight delivery explains, a file shorter or other than the one committed) raises
   :class:`~deltastream.errors.SinkRecoveryError` and touches nothing: the state may have been
@@ -77,6 +87,7 @@ from typing import TYPE_CHECKING
 from deltastream.daemon.delivery import Sink
 from deltastream.daemon.sinks.callback import CallbackSink
 from deltastream.daemon.sinks.common import SPEC_FORMS as SPEC_FORMS
+from deltastream.daemon.sinks.delta import DeltaSink
 from deltastream.daemon.sinks.exec import ExecSink
 from deltastream.daemon.sinks.http import HttpSink
 from deltastream.daemon.sinks.jsonl import JsonlSink
@@ -93,6 +104,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CallbackSink",
+    "DeltaSink",
     "ExecSink",
     "HttpSink",
     "JsonlSink",
@@ -103,7 +115,7 @@ __all__ = [
 ]
 
 #: The kinds of sink a spec may name (the part before the first ``:``), for messages.
-SINK_KINDS = ("jsonl", "parquet", "http", "https", "exec")
+SINK_KINDS = ("jsonl", "parquet", "http", "https", "exec", "delta")
 
 
 def parse_sink(
@@ -114,12 +126,13 @@ def parse_sink(
     stream: TailConfig | None = None,
 ) -> Sink:
     """The sink a spec string names: ``jsonl:PATH``, ``jsonl:-``, ``parquet:DIRECTORY``,
-    ``http://URL``, ``https://URL`` (also spelt ``http:URL``) or ``exec:COMMAND``
+    ``http://URL``, ``https://URL`` (also spelt ``http:URL``), ``exec:COMMAND`` or
+    ``delta:URI[?mode=merge&key=…]``
     (``work_dir``: where the exec sink writes its batch files; default a temporary directory;
     ``table``: the stream's name, which lets the parquet sink clean up after a crash already
     in ``recover``; ``stream``: the stream's settings, whose ``http_*`` ones configure an http
-    sink, the environment variables in its headers read now, and ``exec_timeout`` an exec
-    sink; other sinks ignore them)."""
+    sink, the environment variables in its headers read now, ``exec_timeout`` an exec
+    sink, and ``sink_options`` a delta sink's store; other sinks ignore them)."""
     scheme, sep, rest = spec.partition(":")
     kind = scheme.strip().lower()
     if sep and rest:
@@ -131,6 +144,9 @@ def parse_sink(
             return _http_sink(rest, stream)  # the ``http:URL`` spelling
         if kind in ("http", "https"):
             return _http_sink(spec, stream)
+        if kind == "delta":
+            options = None if stream is None else stream.resolved_sink_options(rest)
+            return DeltaSink(rest, storage_options=options)
         if kind == "exec" and rest.strip():
             if stream is None:
                 return ExecSink(rest, work_dir=work_dir)

@@ -1,0 +1,656 @@
+"""The ``delta:URI`` sink: a stream's change rows appended to a Delta table, or (with
+``?mode=merge&key=…``) a mirror of the source table kept in one, exactly once through the
+Delta protocol's own mechanism for it, the ``txn`` action.
+
+Every commit this sink makes to its target carries a ``txn`` action whose ``appId`` names the
+stream and its source table (:func:`app_id`: ``deltastream:{stream}:{table id}``) and whose
+``version`` is the delivery's end position (:func:`encode_position`, monotonic in stream
+order). The rows and the position so land in one atomic commit, and :meth:`DeltaSink.recover`
+reads the position back with deltastream's own log reader and hands it to the tailer as a
+:class:`~deltastream.daemon.delivery.HeldPosition`: the stream resumes exactly where the
+target is, so a crash after the target's commit and before the state's repeats nothing, and
+one before it loses nothing. After a failed commit the sink reads the ``txn`` again before
+retrying, so a commit that landed although its call failed is not made twice.
+
+Modes:
+
+* ``append`` (default): each delivery's rows, every data column then ``_change_type``,
+  ``_commit_version`` and ``_commit_timestamp``, in one ``write_deltalake`` append.
+* ``merge``: the target holds the source table's rows (data columns only) as of the
+  delivered position. Per delivery, each key's last change counts (``update_preimage`` rows
+  are ignored; changes are ordered by ``_commit_version``, within a version deletes before
+  inserts and post-images, since a commit's deletes remove rows of the versions before it
+  and its inserts are its result, then by row order); one ``MERGE`` deletes the keys whose
+  last change is a delete and upserts the others.
+
+A missing target is created with the rows' schema (``partition_by=`` columns, and
+``checkpoint_interval=N``, the table property ``delta.checkpointInterval`` that delta-rs's
+post-commit hook writes a checkpoint by). New columns in the rows reach the target (Delta
+schema merge); any other difference between the rows' schema and the target's raises
+:class:`~deltastream.errors.SinkRejectedError` naming both, as does a merge key missing or
+null; nothing is committed then. A target holding another stream's ``txn`` is refused
+(:class:`~deltastream.errors.SinkRecoveryError` naming the stream). A commit that loses to a
+concurrent writer (delta-rs's ``CommitFailedError``) or fails in the store is retried with
+the project's backoff (:func:`~deltastream.storage.retry.backoff_delay`), each retry reported
+to the ``retry_listener``.
+
+``deltalake`` (delta-rs) is the writer, in the ``delta`` extra; it is imported on first use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
+from urllib.parse import parse_qs
+
+import anyio
+import anyio.to_thread
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltastream.daemon.crashpoints import crash_point
+from deltastream.daemon.delivery import Delivery, Guarantee, HeldPosition, Position, Sink, StreamRef
+from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, _reset_hint, log
+from deltastream.errors import (
+    InvalidArgumentError,
+    SinkError,
+    SinkRecoveryError,
+    SinkRejectedError,
+    TableNotFoundError,
+)
+from deltastream.snapshot.loader import load_table_state
+from deltastream.storage import open_store, require_extra
+from deltastream.storage.paths import store_kind
+from deltastream.storage.retry import RetryEvent, backoff_delay
+
+if TYPE_CHECKING:
+    import deltalake
+
+__all__ = [
+    "CHANGE_COLUMNS",
+    "DeltaSink",
+    "DeltaSpec",
+    "app_id",
+    "decode_position",
+    "delta_storage_options",
+    "encode_position",
+    "parse_app_id",
+]
+
+#: The columns a delivery has after the table's.
+CHANGE_COLUMNS: Final = ("_change_type", "_commit_version", "_commit_timestamp")
+#: Every ``appId`` this sink writes starts so: others (a Spark query's) are not streams'.
+APP_ID_PREFIX: Final = "deltastream:"
+#: The merge source's column saying the key's last change is a delete.
+_DELETE_FLAG: Final = "__deltastream_delete"
+_DELETE: Final = pa.scalar("delete")
+#: A position's offset takes the low 31 bits of a txn version, the snapshot flag the next
+#: one, and the table version the rest (up to 2**31: a txn version is a signed long).
+_OFFSET_BITS: Final = 31
+_VERSION_LIMIT: Final = 1 << 31
+
+
+def app_id(stream: str, table_id: str) -> str:
+    """The ``txn`` appId of ``stream``'s commits of rows of table ``table_id``."""
+    return f"{APP_ID_PREFIX}{stream}:{table_id}"
+
+
+def parse_app_id(value: str) -> tuple[str, str] | None:
+    """The stream and table id an :func:`app_id` names; ``None`` for any other appId.
+    (Stream names hold no ``:``, so the first one after the prefix ends the name.)"""
+    if not value.startswith(APP_ID_PREFIX):
+        return None
+    stream, sep, table_id = value.removeprefix(APP_ID_PREFIX).partition(":")
+    return (stream, table_id) if sep and stream else None
+
+
+def encode_position(position: Position) -> int:
+    """A ``txn`` version for ``position``: ``version << 32 | snapshot << 31 | offset``, which
+    orders as positions do (:func:`decode_position` reads it back)."""
+    if position.offset >= 1 << _OFFSET_BITS or position.version >= _VERSION_LIMIT:
+        raise InvalidArgumentError(
+            f"position {position} cannot be a Delta txn version: the offset must be below "
+            f"2**31 rows (lower max_rows_per_delivery) and the version below 2**31"
+        )
+    return (position.version << 32) | (int(position.snapshot) << _OFFSET_BITS) | position.offset
+
+
+def decode_position(txn_version: int) -> Position:
+    if txn_version < 0:
+        raise ValueError(f"not a deltastream txn version: {txn_version}")
+    offset = txn_version & ((1 << _OFFSET_BITS) - 1)
+    return Position(txn_version >> 32, bool(txn_version >> _OFFSET_BITS & 1), offset)
+
+
+# ------------------------------------------------------------------------------ the spec
+
+_MODES = ("append", "merge")
+_SPEC_KEYS = ("mode", "key", "partition_by", "checkpoint_interval")
+
+
+@dataclass(frozen=True)
+class DeltaSpec:
+    """What a ``delta:`` spec says: ``URI[?mode=append|merge&key=a,b&partition_by=c,d
+    &checkpoint_interval=N]``."""
+
+    uri: str
+    mode: Literal["append", "merge"] = "append"
+    keys: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()
+    checkpoint_interval: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> DeltaSpec:
+        uri, _, query = text.partition("?")
+        spec = f"delta:{text}"
+        if not uri.strip():
+            raise InvalidArgumentError(f"sink {spec!r} names no table; accepted: {SPEC_FORMS}")
+        values: dict[str, str] = {}
+        for key, given in parse_qs(query, keep_blank_values=True).items():
+            if key not in _SPEC_KEYS:
+                raise InvalidArgumentError(
+                    f"sink {spec!r}: unknown setting {key!r} (known: {', '.join(_SPEC_KEYS)})"
+                )
+            if len(given) > 1:
+                raise InvalidArgumentError(f"sink {spec!r}: {key!r} is given twice")
+            values[key] = given[0]
+
+        def names(key: str) -> tuple[str, ...]:
+            items = tuple(n.strip() for n in values.get(key, "").split(",") if n.strip())
+            if any("`" in n for n in items):
+                raise InvalidArgumentError(f"sink {spec!r}: {key!r} names must not hold '`'")
+            return items
+
+        mode = values.get("mode", "append")
+        if mode not in _MODES:
+            raise InvalidArgumentError(
+                f"sink {spec!r}: mode must be one of {', '.join(_MODES)}, not {mode!r}"
+            )
+        keys = names("key")
+        if mode == "merge" and not keys:
+            raise InvalidArgumentError(f"sink {spec!r}: mode=merge needs key=COLUMN[,COLUMN...]")
+        if mode == "append" and keys:
+            raise InvalidArgumentError(f"sink {spec!r}: key= applies to mode=merge only")
+        interval: int | None = None
+        if "checkpoint_interval" in values:
+            text_value = values["checkpoint_interval"]
+            if not text_value.isdigit() or int(text_value) < 1:
+                raise InvalidArgumentError(
+                    f"sink {spec!r}: checkpoint_interval must be a whole number >= 1, "
+                    f"not {text_value!r}"
+                )
+            interval = int(text_value)
+        return cls(uri.strip(), mode, keys, names("partition_by"), interval)  # type: ignore[arg-type]
+
+
+def delta_storage_options(uri: str, options: Mapping[str, str] | None) -> dict[str, str]:
+    """deltalake's ``storage_options`` for a target at ``uri`` given deltastream's store
+    options (each store's own names, checked by the store's option parser as for any
+    table): the same endpoint and credentials, in delta-rs's names. The retry and timeout
+    options are the deltastream stores' and have no delta-rs counterpart here."""
+    kind = store_kind(uri)
+    if kind == "file":
+        if options:
+            raise InvalidArgumentError(
+                f"{uri}: storage options {sorted(options)} only apply to tables in object "
+                "stores (s3://, gs://, Azure)"
+            )
+        return {}
+    if kind == "s3":
+        from deltastream.storage.s3 import S3Options
+
+        s3 = S3Options.from_storage_options(options)
+        out = {
+            "AWS_ENDPOINT_URL": s3.endpoint_url,
+            "AWS_REGION": s3.region or "us-east-1",
+            "AWS_ACCESS_KEY_ID": s3.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_access_key,
+            "AWS_SESSION_TOKEN": s3.session_token,
+            "AWS_PROFILE": None if s3.access_key_id else s3.profile,
+        }
+        if s3.endpoint_url and s3.endpoint_url.lower().startswith("http://"):
+            out["AWS_ALLOW_HTTP"] = "true"
+        if s3.addressing_style in ("path", "virtual"):
+            style = s3.addressing_style == "virtual"
+            out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "true" if style else "false"
+        return {k: v for k, v in out.items() if v is not None}
+    if kind == "az":
+        from deltastream.storage.azure.options import EMULATOR_ACCOUNT, EMULATOR_KEY, AzureOptions
+        from deltastream.storage.paths import parse_azure_uri
+
+        az = AzureOptions.from_storage_options(options)
+        location = parse_azure_uri(uri)
+        account = az.account_for(uri, location.account)
+        # The emulator's well-known key, when the store would use it too.
+        emulator = az.use_emulator or (az.endpoint_url is not None and account == EMULATOR_ACCOUNT)
+        key = az.account_key or (EMULATOR_KEY if emulator and not az.sas_token else None)
+        endpoint = az.endpoint_url or (az.account_url(account, None) if az.use_emulator else None)
+        out = {
+            "azure_storage_account_name": account,
+            "azure_storage_account_key": key,
+            "azure_storage_sas_key": az.sas_token,
+            "azure_storage_client_id": az.client_id,
+            "azure_storage_client_secret": az.client_secret,
+            "azure_storage_tenant_id": az.tenant_id,
+            "azure_endpoint": endpoint,
+        }
+        if endpoint and endpoint.lower().startswith("http://"):
+            out["azure_allow_http"] = "true"
+        return {k: v for k, v in out.items() if v is not None}
+    from deltastream.storage.gcs.options import DEFAULT_ENDPOINT, GcsOptions
+
+    gcs = GcsOptions.from_storage_options(options)
+    if gcs.endpoint_url.rstrip("/") != DEFAULT_ENDPOINT:
+        raise InvalidArgumentError(
+            f"{uri}: a delta sink's writer (delta-rs) reaches Google Cloud Storage only at "
+            f"{DEFAULT_ENDPOINT}, not at endpoint_url {gcs.endpoint_url}"
+        )
+    google: dict[str, str] = {}
+    if gcs.service_account_info is not None:
+        google["google_service_account_key"] = json.dumps(dict(gcs.service_account_info))
+    if gcs.skip_signature:
+        google["google_skip_signature"] = "true"
+    return google
+
+
+def _deltalake() -> Any:
+    """The ``deltalake`` package (imported on first use: it is large, and only this sink
+    needs it)."""
+    import deltalake
+
+    return deltalake
+
+
+# ------------------------------------------------------------------------------ schemas
+
+
+def _bare_type(value: Any) -> Any:
+    """A Delta type's JSON without nullability and metadata, which the two sides of a
+    comparison may set differently for the same column."""
+    if isinstance(value, dict):
+        return {k: _bare_type(v) for k, v in value.items() if k not in ("nullable", "metadata")}
+    if isinstance(value, list):
+        return [_bare_type(v) for v in value]
+    return value
+
+
+def _columns(schema: deltalake.Schema) -> dict[str, Any]:
+    """Column name -> its Delta type (bare), in schema order."""
+    return {f.name: _bare_type(json.loads(f.to_json())["type"]) for f in schema.fields}
+
+
+def _describe(columns: Mapping[str, Any]) -> str:
+    def text(t: Any) -> str:
+        return t if isinstance(t, str) else json.dumps(t, separators=(",", ":"))
+
+    return "(" + ", ".join(f"{name} {text(t)}" for name, t in columns.items()) + ")"
+
+
+# ------------------------------------------------------------------------------ merge input
+
+
+def last_changes(data: pa.Table, keys: Sequence[str], target: str) -> pa.Table:
+    """The merge source for a delivery's rows: each key's last change (see the module
+    docstring for the order), its data columns and a flag saying it is a delete. A key
+    column missing or null raises :class:`SinkRejectedError` naming ``target``."""
+    missing = [k for k in keys if k not in data.column_names]
+    if missing:
+        names = ", ".join(c for c in data.column_names if c not in CHANGE_COLUMNS)
+        raise SinkRejectedError(
+            target,
+            f"merge key column(s) {', '.join(missing)} are not in the rows (columns: {names}); "
+            "nothing was committed",
+        )
+    kinds = data["_change_type"]
+    data = data.filter(pc.not_equal(kinds, pa.scalar("update_preimage")))
+    for key in keys:
+        nulls = data[key].null_count
+        if nulls:
+            found = pc.unique(data.filter(pc.is_null(data[key]))["_commit_version"])
+            versions = ", ".join(str(v) for v in sorted(int(v or 0) for v in found.to_pylist())[:5])
+            raise SinkRejectedError(
+                target,
+                f"merge key column {key!r} is null in {nulls} change row(s) (version(s) "
+                f"{versions}); nothing was committed",
+            )
+    is_delete = pc.equal(data["_change_type"], _DELETE)
+    # sort_indices is stable: rows keep their order within (version, deletes first).
+    order = pc.sort_indices(
+        pa.table({"v": data["_commit_version"], "u": pc.cast(pc.invert(is_delete), pa.int8())}),
+        sort_keys=[("v", "ascending"), ("u", "ascending")],
+    )
+    rank = "__deltastream_rank"
+    ranked = data.take(order).append_column(rank, pa.array(range(data.num_rows), pa.int64()))
+    last = ranked.select([*keys, rank]).group_by(list(keys), use_threads=False)
+    winners = last.aggregate([(rank, "max")])[f"{rank}_max"]
+    chosen = ranked.filter(pc.is_in(ranked[rank], value_set=winners))
+    flag = pc.equal(chosen["_change_type"], _DELETE)
+    columns = [c for c in data.column_names if c not in CHANGE_COLUMNS]
+    return chosen.select(columns).append_column(_DELETE_FLAG, flag)
+
+
+def _quote(name: str) -> str:
+    return f"`{name}`"
+
+
+# ------------------------------------------------------------------------------ the sink
+
+
+class DeltaSink(Sink):
+    """Appends a stream's change rows to a Delta table, or keeps a mirror of the source
+    table in one (``delta:URI[?mode=merge&key=…]``); exactly-once through the ``txn`` action
+    (see the module docstring). ``storage_options``: deltastream's options for the target's
+    store (the stream's ``sink_options``). Failed commits are retried with backoff
+    (``base_delay``, capped at ``max_delay``) up to ``max_attempts`` (``None``: forever).
+    """
+
+    guarantee: Guarantee = "exactly-once"
+
+    def __init__(
+        self,
+        spec: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        max_attempts: int | None = None,
+        base_delay: float = 0.5,
+        max_delay: float = 30.0,
+    ) -> None:
+        self._spec = f"delta:{spec}"
+        self.target = DeltaSpec.parse(spec)
+        uri = self.target.uri
+        if store_kind(uri) == "file" and "://" not in uri:
+            uri = str(Path(uri).expanduser().absolute())
+        self.uri = uri
+        require_extra(self._spec, "delta", "deltalake", needs="the delta sink")
+        _check_retry_options(max_attempts, base_delay, max_delay)
+        self.max_attempts = max_attempts
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self._store_options = dict(storage_options or {})
+        self._delta_options = delta_storage_options(uri, storage_options)
+        self._stream: str | None = None
+        #: The txn version the target holds for the stream (``None``: none yet).
+        self._held: int | None = None
+        #: The target as last loaded or committed to (``None``: load it again).
+        self._table: deltalake.DeltaTable | None = None
+        self._checked_properties = False
+        #: Commits that failed and were retried, for tests and metrics.
+        self.retries = 0
+
+    @property
+    def description(self) -> str:
+        return self._spec
+
+    def output_claim(self, stream: str) -> str | None:
+        # A target's txn names one stream: two streams of a configuration cannot share it.
+        return f"delta:{self.uri}"
+
+    # -------------------------------------------------------------- recovery
+
+    async def _target_txns(self) -> Mapping[str, int] | None:
+        """The target's ``txn`` versions by appId, read with deltastream's log reader;
+        ``None`` if there is no table at the target yet."""
+        try:
+            async with open_store(self.uri, self._store_options) as store:
+                state, _ = await load_table_state(store)
+        except TableNotFoundError:
+            return None
+        return {a: t.version for a, t in state.txns.items()}
+
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> HeldPosition | None:
+        self._stream = stream.name
+        self._table = None
+        txns = await self._target_txns() or {}
+        ours: list[tuple[str, int]] = []
+        for app, version in sorted(txns.items()):
+            parsed = parse_app_id(app)
+            if parsed is None:
+                continue
+            name, table_id = parsed
+            if name != stream.name:
+                raise SinkRecoveryError(
+                    self._spec,
+                    f"the table at {self.uri} is owned by another stream, {name!r} (txn appId "
+                    f"{app!r}, up to {decode_position(version)}); a delta target holds one "
+                    f"stream's rows: give stream {stream.name!r} a table of its own",
+                )
+            ours.append((table_id, version))
+        if len(ours) > 1:
+            tables = ", ".join(t for t, _ in ours)
+            raise SinkRecoveryError(
+                self._spec,
+                f"the table at {self.uri} holds rows of stream {stream.name!r} from several "
+                f"tables ({tables}); give the stream a table of its own",
+            )
+        if not ours:
+            self._held = None
+            recorded = state.get("txn") if committed is not None else None
+            if isinstance(recorded, int):
+                raise SinkRecoveryError(
+                    self._spec,
+                    f"the table at {self.uri} holds no rows of stream {stream.name!r}, but its "
+                    f"state in {stream.state_uri} says rows up to {decode_position(recorded)} "
+                    "were committed there: the target was replaced, or restored from before "
+                    "the stream's first commit; nothing was touched. "
+                    + _reset_hint(stream, self._spec),
+                )
+            return None
+        table_id, version = ours[0]
+        self._held = version
+        return HeldPosition(decode_position(version), table_id)
+
+    # -------------------------------------------------------------- delivery
+
+    async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
+        if self._stream is None:
+            raise RuntimeError(f"{self._spec}: recover() must be called before deliver()")
+        state = {} if self._held is None else {"txn": self._held}
+        if not delivery.num_rows:
+            # Nothing to commit: the target's position stays behind, and a restart there
+            # plans the versions after it again, finding no rows.
+            return state
+        app = app_id(self._stream, delivery.table_id)
+        version = encode_position(delivery.end)
+        if self._held is not None and self._held >= version:
+            log.warning(
+                "%s: already holds %s of stream %s; not committed again",
+                self._spec,
+                delivery.end,
+                self._stream,
+            )
+            return state
+        data = pa.Table.from_batches(delivery.batches, delivery.schema)
+        if self.target.mode == "merge":
+            data = await anyio.to_thread.run_sync(last_changes, data, self.target.keys, self._spec)
+        what = f"{delivery.num_rows} rows of {delivery.table} ({delivery.start} to {delivery.end})"
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await anyio.to_thread.run_sync(self._commit, data, app, version)
+                break
+            except SinkError:
+                raise
+            except Exception as e:
+                cause = _transient_cause(e)
+                if cause is None:
+                    raise SinkError(self._spec, f"commit of {what} failed: {e}") from e
+            self._table = None  # another writer moved the table: load it again
+            # The failed call may have committed after all (a lost response): the txn says.
+            held = (await self._target_txns() or {}).get(app)
+            if held is not None and held >= version:
+                log.warning(
+                    "%s: the commit of %s failed (%s), but the target holds it: not repeated",
+                    self._spec,
+                    what,
+                    cause,
+                )
+                break
+            if self.max_attempts is not None and attempt >= self.max_attempts:
+                raise SinkError(
+                    self._spec, f"commit of {what} failed after {attempt} attempt(s): {cause}"
+                )
+            delay = backoff_delay(attempt, self.base_delay, self.max_delay)
+            self.retries += 1
+            if self.retry_listener is not None:
+                self.retry_listener(RetryEvent("commit", self.uri, attempt, cause, delay))
+            else:
+                log.warning(
+                    "%s: commit of %s failed (attempt %d): %s; retrying in %.1fs",
+                    self._spec,
+                    what,
+                    attempt,
+                    cause,
+                    delay,
+                )
+            await anyio.sleep(delay)
+        crash_point("sink.after-write")
+        self._held = version
+        return {"txn": version}
+
+    def _load(self) -> deltalake.DeltaTable | None:
+        """The target, loaded once and then kept current by the sink's own commits (which
+        update it in place): a commit made against it after another writer's commit is
+        checked for conflicts by delta-rs, and on a conflict the sink loads it again."""
+        if self._table is None:
+            dl = _deltalake()
+            try:
+                self._table = dl.DeltaTable(self.uri, storage_options=self._delta_options)
+            except dl.exceptions.TableNotFoundError:
+                return None
+        return self._table
+
+    def _commit(self, data: pa.Table, app: str, version: int) -> None:
+        dl = _deltalake()
+        props = dl.CommitProperties(app_transactions=[dl.Transaction(app, version)])
+        hooks = dl.PostCommitHookProperties(create_checkpoint=True)
+        merge = self.target.mode == "merge"
+        table = self._load()
+        if table is None:
+            rows = data
+            if merge:  # a new mirror: the keys whose last change is no delete
+                rows = data.filter(pc.invert(data[_DELETE_FLAG])).drop_columns([_DELETE_FLAG])
+            self._create(rows, props, hooks)
+            return
+        self._check_properties(table)
+        columns = data.schema if not merge else data.drop_columns([_DELETE_FLAG]).schema
+        add = self._fit(table, columns)
+        if not merge:
+            if not add:  # the target's column order (the same columns)
+                data = data.select([f.name for f in table.schema().fields])
+            dl.write_deltalake(
+                table,
+                data,
+                mode="append",
+                schema_mode="merge" if add else None,
+                commit_properties=props,
+                post_commithook_properties=hooks,
+            )
+            return
+        predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys)
+        flag = f"s.{_quote(_DELETE_FLAG)}"
+        (
+            table.merge(
+                data,
+                predicate,
+                source_alias="s",
+                target_alias="t",
+                merge_schema=add,
+                commit_properties=props,
+                post_commithook_properties=hooks,
+            )
+            .when_matched_delete(predicate=flag)
+            .when_matched_update_all(except_cols=[_DELETE_FLAG])
+            .when_not_matched_insert_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
+            .execute()
+        )
+
+    def _create(self, rows: pa.Table, props: Any, hooks: Any) -> None:
+        dl = _deltalake()
+        missing = [c for c in self.target.partition_by if c not in rows.column_names]
+        if missing:
+            raise SinkRejectedError(
+                self._spec,
+                f"partition_by column(s) {', '.join(missing)} are not in the rows (columns: "
+                f"{', '.join(rows.column_names)}); nothing was committed",
+            )
+        interval = self.target.checkpoint_interval
+        dl.write_deltalake(
+            self.uri,
+            rows,
+            mode="append",
+            partition_by=list(self.target.partition_by) or None,
+            configuration=None if interval is None else {"delta.checkpointInterval": str(interval)},
+            storage_options=self._delta_options,
+            commit_properties=props,
+            post_commithook_properties=hooks,
+        )
+        log.info(
+            "%s: created the Delta table %s (%d columns%s)",
+            self._spec,
+            self.uri,
+            rows.num_columns,
+            f", partitioned by {', '.join(self.target.partition_by)}"
+            if self.target.partition_by
+            else "",
+        )
+        self._table = dl.DeltaTable(self.uri, storage_options=self._delta_options)
+
+    def _check_properties(self, table: deltalake.DeltaTable) -> None:
+        """On the first commit to an existing table: its partitioning must be the one the
+        spec asks for, and its checkpoint interval is set to the spec's."""
+        if self._checked_properties:
+            return
+        metadata = table.metadata()
+        wanted = list(self.target.partition_by)
+        if wanted and list(metadata.partition_columns) != wanted:
+            raise SinkRejectedError(
+                self._spec,
+                f"the table at {self.uri} is partitioned by "
+                f"({', '.join(metadata.partition_columns)}), not by ({', '.join(wanted)}) as "
+                "the spec says; nothing was committed",
+            )
+        interval = self.target.checkpoint_interval
+        key = "delta.checkpointInterval"
+        if interval is not None and metadata.configuration.get(key) != str(interval):
+            table.alter.set_table_properties({key: str(interval)})
+        self._checked_properties = True
+
+    def _fit(self, table: deltalake.DeltaTable, rows: pa.Schema) -> bool:
+        """Whether the rows add columns to the target (``False``: same columns); a rows'
+        schema that differs otherwise raises :class:`SinkRejectedError`."""
+        dl = _deltalake()
+        have = _columns(table.schema())
+        want = _columns(dl.Schema.from_arrow(rows))
+        if have == want:
+            return False
+        if all(name in want and want[name] == t for name, t in have.items()):
+            added = [n for n in want if n not in have]
+            log.info(
+                "%s: adding column(s) %s to %s (the source's schema gained them)",
+                self._spec,
+                ", ".join(added),
+                self.uri,
+            )
+            return True
+        raise SinkRejectedError(
+            self._spec,
+            f"the rows' schema {_describe(want)} does not fit the schema of the table at "
+            f"{self.uri} {_describe(have)}: only new columns can be added to a delta target; "
+            "nothing was committed",
+        )
+
+
+def _transient_cause(error: Exception) -> str | None:
+    """One line saying why a commit failed if retrying may help (a concurrent writer won,
+    the store failed), else ``None``."""
+    dl = _deltalake()
+    if isinstance(error, dl.exceptions.CommitFailedError | OSError):
+        first = str(error).strip().splitlines()
+        return f"{type(error).__name__}: {first[0] if first else ''}".rstrip(": ")
+    return None

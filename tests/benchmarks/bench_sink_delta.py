@@ -1,0 +1,176 @@
+"""The delta sink's speed (a script printing figures, not a pytest test).
+
+1. Change log: ``--rows`` change rows (every data column, then ``_change_type``,
+   ``_commit_version``, ``_commit_timestamp``) delivered to ``delta:DIR`` in deliveries of
+   ``--rows-per-delivery`` rows (one commit each, with its ``txn``), against
+   ``write_deltalake`` of the same Arrow data in one call. Rows per second, median of
+   ``--runs`` runs each into a fresh directory; target: the sink at >= 0.8x the one call.
+2. Mirror: ``delta:DIR?mode=merge&key=id`` holding a ``--mirror-rows`` table (delivered as a
+   snapshot, each row an insert), then ``--versions`` versions each updating 1% of the rows
+   at random keys (a pre-image and a post-image per row, one delivery per version, one MERGE
+   each): per-version latency, p50 and p99.
+
+The sink is driven directly (``recover`` then ``deliver``), as the tailer drives it, so the
+figures are the sink's own, not the table reader's.
+
+Run: ``python tests/benchmarks/bench_sink_delta.py`` (about a minute on 2 cores);
+``--rows 200000 --mirror-rows 100000 --versions 5`` for a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import pyarrow as pa
+from benchlib import command_line, log
+from deltalake import DeltaTable, write_deltalake
+
+from deltastream.daemon.delivery import Delivery, Position, StreamRef
+from deltastream.daemon.sinks import parse_sink
+
+TABLE_ID = "bench-table"
+STREAM = "bench"
+
+
+def change_rows(ids: pa.Array, kind: str, version: int, name: str = "n") -> pa.Table:
+    n = len(ids)
+    return pa.table(
+        {
+            "id": ids,
+            "name": pa.array([f"{name}{i}" for i in ids.to_pylist()]),
+            "amount": pa.array([float(i) * 1.5 for i in ids.to_pylist()], pa.float64()),
+            "part": pa.array([f"p{i % 8}" for i in ids.to_pylist()]),
+            "_change_type": pa.array([kind] * n),
+            "_commit_version": pa.array([version] * n, pa.int64()),
+            "_commit_timestamp": pa.array([version * 1_000_000] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def deliveries(data: pa.Table, per: int, version: int, snapshot: bool = False) -> list[Delivery]:
+    out = []
+    for start in range(0, data.num_rows, per):
+        part = data.slice(start, per)
+        end = start + part.num_rows
+        last = end == data.num_rows
+        out.append(
+            Delivery(
+                STREAM,
+                TABLE_ID,
+                "bench-source",
+                Position(version, snapshot, start),
+                Position(version + 1) if last else Position(version, snapshot, end),
+                part.schema,
+                part.to_batches(),
+            )
+        )
+    return out
+
+
+async def into_sink(spec: str, batches: list[Delivery]) -> float:
+    sink = parse_sink(spec)
+    t0 = time.perf_counter()
+    await sink.recover(StreamRef(STREAM, "bench-state"), None, {})
+    for d in batches:
+        await sink.deliver(d)
+    return time.perf_counter() - t0
+
+
+def change_log(rows: int, per: int, runs: int, scratch: Path) -> tuple[float, float]:
+    """Median rows/s of the sink and of one write_deltalake call."""
+    data = change_rows(pa.array(range(rows), pa.int64()), "insert", 1)
+    sink_rates, call_rates = [], []
+    for run in range(runs):
+        # Alternate the order, so that neither always runs on a warmer machine.
+        for which in ("sink", "call") if run % 2 == 0 else ("call", "sink"):
+            target = scratch / f"{which}-{run}"
+            if which == "sink":
+                seconds = anyio.run(into_sink, f"delta:{target}", deliveries(data, per, 1))
+                sink_rates.append(rows / seconds)
+            else:
+                t0 = time.perf_counter()
+                write_deltalake(str(target), data)
+                call_rates.append(rows / (time.perf_counter() - t0))
+            assert DeltaTable(str(target)).to_pyarrow_table().num_rows == rows
+    return statistics.median(sink_rates), statistics.median(call_rates)
+
+
+def mirror(rows: int, versions: int, scratch: Path, seed: int) -> list[float]:
+    """Seconds per version of a mirror of ``rows`` rows, 1% of them updated per version."""
+    target = scratch / "mirror"
+    spec = f"delta:{target}?mode=merge&key=id"
+    rng = random.Random(seed)
+
+    async def run() -> list[float]:
+        sink = parse_sink(spec)
+        await sink.recover(StreamRef(STREAM, "bench-state"), None, {})
+        initial = change_rows(pa.array(range(rows), pa.int64()), "insert", 0)
+        for d in deliveries(initial, rows, 0, snapshot=True):
+            await sink.deliver(d)
+        latencies = []
+        for v in range(1, versions + 1):
+            keys = pa.array(sorted(rng.sample(range(rows), max(1, rows // 100))), pa.int64())
+            update = pa.concat_tables(
+                [
+                    change_rows(keys, "update_preimage", v),
+                    change_rows(keys, "update_postimage", v, name=f"v{v}-"),
+                ]
+            )
+            (d,) = deliveries(update, update.num_rows, v)
+            t0 = time.perf_counter()
+            await sink.deliver(d)
+            latencies.append(time.perf_counter() - t0)
+        return latencies
+
+    latencies = anyio.run(run)
+    held = DeltaTable(str(target)).to_pyarrow_table()
+    assert held.num_rows == rows, f"the mirror holds {held.num_rows} rows, not {rows}"
+    return latencies
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows-per-delivery", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--mirror-rows", type=int, default=1_000_000)
+    parser.add_argument("--versions", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=20261127)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-sink-delta-") as tmp:
+        scratch = Path(tmp)
+        log(f"change log: {args.rows:,} rows, {args.runs} runs ...")
+        sink_rate, call_rate = change_log(args.rows, args.rows_per_delivery, args.runs, scratch)
+        log(f"mirror: {args.mirror_rows:,} rows, {args.versions} versions of 1% updates ...")
+        latencies = mirror(args.mirror_rows, args.versions, scratch, args.seed)
+    ratio = sink_rate / call_rate
+    print(f"command     : {command_line()}")
+    print(
+        f"change log  : {args.rows:,} rows in deliveries of {args.rows_per_delivery:,} "
+        f"(one commit each): {sink_rate:,.0f} rows/s; write_deltalake in one call: "
+        f"{call_rate:,.0f} rows/s; ratio {ratio:.2f} (target >= 0.8: "
+        f"{'PASS' if ratio >= 0.8 else 'FAIL'})"
+    )
+    print(
+        f"mirror      : {args.mirror_rows:,} rows, {args.versions} versions each updating "
+        f"{max(1, args.mirror_rows // 100):,} rows: per version p50 "
+        f"{percentile(latencies, 50) * 1000:.0f} ms, p99 {percentile(latencies, 99) * 1000:.0f} ms"
+        f" (min {min(latencies) * 1000:.0f}, max {max(latencies) * 1000:.0f})"
+    )
+    return 0 if ratio >= 0.8 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
