@@ -35,6 +35,7 @@ from deltastream.snapshot.loader import load_snapshot
 from deltastream.storage.base import ObjectStore
 
 __all__ = [
+    "CDF_COLUMNS",
     "CDF_FIELDS",
     "ChangePlanner",
     "ChangeSchemas",
@@ -48,6 +49,8 @@ CDF_FIELDS = (
     pa.field("_commit_version", pa.int64()),
     pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
 )
+#: Their names: the columns every change row has after the table's.
+CDF_COLUMNS = tuple(f.name for f in CDF_FIELDS)
 
 
 def removes_data(actions: LogActions) -> bool:

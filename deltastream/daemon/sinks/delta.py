@@ -51,6 +51,7 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltastream.changes.planner import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, HeldPosition, Position, Sink, StreamRef
 from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, _reset_hint, log
@@ -70,7 +71,6 @@ if TYPE_CHECKING:
     import deltalake
 
 __all__ = [
-    "CHANGE_COLUMNS",
     "DeltaSink",
     "DeltaSpec",
     "app_id",
@@ -80,8 +80,6 @@ __all__ = [
     "parse_app_id",
 ]
 
-#: The columns a delivery has after the table's.
-CHANGE_COLUMNS: Final = ("_change_type", "_commit_version", "_commit_timestamp")
 #: Every ``appId`` this sink writes starts so: others (a Spark query's) are not streams'.
 APP_ID_PREFIX: Final = "deltastream:"
 #: The merge source's column saying the key's last change is a delete.
@@ -298,7 +296,7 @@ def last_changes(data: pa.Table, keys: Sequence[str], target: str) -> pa.Table:
     column missing or null raises :class:`SinkRejectedError` naming ``target``."""
     missing = [k for k in keys if k not in data.column_names]
     if missing:
-        names = ", ".join(c for c in data.column_names if c not in CHANGE_COLUMNS)
+        names = ", ".join(c for c in data.column_names if c not in CDF_COLUMNS)
         raise SinkRejectedError(
             target,
             f"merge key column(s) {', '.join(missing)} are not in the rows (columns: {names}); "
@@ -328,7 +326,7 @@ def last_changes(data: pa.Table, keys: Sequence[str], target: str) -> pa.Table:
     winners = last.aggregate([(rank, "max")])[f"{rank}_max"]
     chosen = ranked.filter(pc.is_in(ranked[rank], value_set=winners))
     flag = pc.equal(chosen["_change_type"], _DELETE)
-    columns = [c for c in data.column_names if c not in CHANGE_COLUMNS]
+    columns = [c for c in data.column_names if c not in CDF_COLUMNS]
     return chosen.select(columns).append_column(_DELETE_FLAG, flag)
 
 
