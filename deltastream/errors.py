@@ -40,6 +40,8 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
         ├── HttpStatusError           an HTTP sink's endpoint rejected a delivery
         ├── SinkRecoveryError         the sink's output does not match the stream's state
         ├── SinkInUseError            another stream owns the sink's output
+        ├── SinkRejectedError         the destination refused rows (a value it cannot store)
+        ├── SinkSchemaError           the destination's schema does not fit the rows
         └── OutputClosedError         the reader of the sink's output went away (a closed pipe)
 """
 
@@ -77,6 +79,8 @@ __all__ = [
     "SinkError",
     "SinkInUseError",
     "SinkRecoveryError",
+    "SinkRejectedError",
+    "SinkSchemaError",
     "StateConflictError",
     "StorageError",
     "TableNotFoundError",
@@ -471,6 +475,23 @@ class SinkRecoveryError(SinkError):
 
 class SinkInUseError(SinkError):
     """Another stream (in this process or another one) is writing to the same output."""
+
+    transient = False
+
+
+class SinkRejectedError(SinkError):
+    """The destination refused a delivery's rows for what they hold (a database's constraint
+    or type: a NUL in text, a value out of a column's range, a null key), or refused the
+    work for good (a permission): retrying the same rows cannot succeed. Nothing of the
+    delivery was committed."""
+
+    transient = False
+
+
+class SinkSchemaError(SinkError):
+    """The destination's schema does not fit the rows (a column missing, or of another
+    kind), or the source's schema changed in a way the destination cannot follow (a column
+    dropped, renamed or retyped). The message names both schemas."""
 
     transient = False
 

@@ -38,6 +38,7 @@ __all__ = [
     "S3Store",
     "StoreStats",
     "open_store",
+    "require_extra",
     "storage_option_names",
 ]
 
@@ -72,8 +73,9 @@ def storage_option_names() -> frozenset[str]:
     return s3 | azure | gcs
 
 
-def _require_extra(uri: str, extra: str, *modules: str) -> None:
-    """Refuse, in one line, a URI whose store needs an extra that is not installed."""
+def require_extra(uri: str, extra: str, *modules: str, what: str = "store") -> None:
+    """Refuse, in one line, a URI whose store (or sink: ``what``) needs an extra that is not
+    installed."""
     import importlib.util
 
     for module in modules:
@@ -83,8 +85,8 @@ def _require_extra(uri: str, extra: str, *modules: str) -> None:
             found = False
         if not found:
             raise InvalidArgumentError(
-                f"{uri}: this store needs the {extra} extra: pip install 'deltastream[{extra}]'"
-                f" (missing: {module})"
+                f"{uri}: this {what} needs the {extra} extra: pip install "
+                f"'deltastream[{extra}]' (missing: {module})"
             )
 
 
@@ -121,12 +123,12 @@ def _open(uri: str, storage_options: Mapping[str, str] | None) -> ObjectStore:
             parts.netloc, unquote(parts.path), S3Options.from_storage_options(storage_options)
         )
     if kind == "gs":
-        _require_extra(uri, "gcs", "gcloud.aio.auth")
+        require_extra(uri, "gcs", "gcloud.aio.auth")
         from deltastream.storage.gcs import open_gcs_store
 
         return open_gcs_store(uri, storage_options)
     if kind == "az":
-        _require_extra(uri, "azure", "azure.storage.blob", "azure.identity")
+        require_extra(uri, "azure", "azure.storage.blob", "azure.identity")
         from deltastream.storage.azure import open_azure_store
 
         return open_azure_store(uri, storage_options)

@@ -11,6 +11,10 @@ spec                   guarantee      what it does per delivery
 ``parquet:DIR``        exactly-once   writes one parquet file per delivery, atomically
 ``http://URL``         at-least-once  POSTs one JSON document (``https://`` too)
 ``exec:COMMAND``       at-least-once  writes a parquet file and runs ``/bin/sh -c COMMAND``
+``postgresql://...``   exactly-once   appends the change rows to a table (``?table=NAME``),
+                                      or mirrors the source table into it
+                                      (``&mode=merge&key=id``), the stream's position
+                                      committed in the same transaction
 (Python API)           at-least-once  :class:`CallbackSink` calls a function
 =====================  =============  ====================================================
 
@@ -86,6 +90,8 @@ from deltastream.daemon.sinks.parquet import (
     parquet_file_name,
     parse_parquet_file_name,
 )
+from deltastream.daemon.sinks.postgresql import SCHEMES as POSTGRESQL_SCHEMES
+from deltastream.daemon.sinks.postgresql import PostgresSink
 from deltastream.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -97,13 +103,14 @@ __all__ = [
     "HttpSink",
     "JsonlSink",
     "ParquetSink",
+    "PostgresSink",
     "parquet_file_name",
     "parse_parquet_file_name",
     "parse_sink",
 ]
 
 #: The kinds of sink a spec may name (the part before the first ``:``), for messages.
-SINK_KINDS = ("jsonl", "parquet", "http", "https", "exec")
+SINK_KINDS = ("jsonl", "parquet", "http", "https", "exec", *POSTGRESQL_SCHEMES)
 
 
 def parse_sink(
@@ -115,7 +122,9 @@ def parse_sink(
 ) -> Sink:
     """The sink a spec string names: ``jsonl:PATH``, ``jsonl:-``, ``parquet:DIRECTORY``,
     ``http://URL``, ``https://URL`` (also spelt ``http:URL``) or ``exec:COMMAND``
-    (``work_dir``: where the exec sink writes its batch files; default a temporary directory;
+    ``postgresql://USER@HOST:PORT/DB?table=NAME[&mode=merge&key=COLUMN,...]`` (also
+    ``postgres://``) (``work_dir``: where the exec sink writes its batch files; default a
+    temporary directory;
     ``table``: the stream's name, which lets the parquet sink clean up after a crash already
     in ``recover``; ``stream``: the stream's settings, whose ``http_*`` ones configure an http
     sink, the environment variables in its headers read now, and ``exec_timeout`` an exec
@@ -135,6 +144,8 @@ def parse_sink(
             if stream is None:
                 return ExecSink(rest, work_dir=work_dir)
             return ExecSink(rest, work_dir=work_dir, timeout=stream.exec_timeout)
+        if kind in POSTGRESQL_SCHEMES and rest.startswith("//"):
+            return PostgresSink(spec.strip())
     if kind in SINK_KINDS:
         problem = "is incomplete"
     else:

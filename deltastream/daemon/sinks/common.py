@@ -34,7 +34,7 @@ log = logging.getLogger("deltastream.daemon.sinks")
 #: The spec forms :func:`parse_sink` accepts, for error messages and help texts.
 SPEC_FORMS: Final = (
     "jsonl:PATH, jsonl:- (standard output), parquet:DIRECTORY, http://URL, https://URL, "
-    "exec:COMMAND"
+    "exec:COMMAND, postgresql://USER@HOST:PORT/DB?table=NAME[&mode=merge&key=COLUMN,...]"
 )
 
 
