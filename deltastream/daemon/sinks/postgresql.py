@@ -116,6 +116,8 @@ DEFAULT_OFFSETS_TABLE = "deltastream_offsets"
 #: The temporary table of merge mode, and its column of each row's place in the delivery.
 _LOAD = "_deltastream_load"
 _SEQ = "_deltastream_seq"
+#: Rows encoded at a time while the slice before is sent (about a megabyte of CSV).
+_COPY_SLICE = 20_000
 #: libpq's connection errors that retrying cannot fix (they carry no SQLSTATE): credentials,
 #: TLS, a database or role that does not exist, a bad connection option.
 _PERMANENT_CONNECT = re.compile(
@@ -241,6 +243,12 @@ class PostgresSpec:
         )
 
 
+def _csv(rows: pa.Table) -> bytes:
+    out = io.BytesIO()
+    pcsv.write_csv(csv_ready(rows), out, pcsv.WriteOptions(include_header=False))
+    return out.getvalue()
+
+
 # ------------------------------------------------------------------ errors
 
 
@@ -316,7 +324,6 @@ class PostgresSink(Sink):
         max_attempts: int | None = None,
         base_delay: float = 0.5,
         max_delay: float = 60.0,
-        connect_timeout: float = 10.0,
     ) -> None:
         self.spec = PostgresSpec.parse(spec)
         require_driver(self.spec.description)
@@ -326,9 +333,13 @@ class PostgresSink(Sink):
             base_delay=base_delay,
             max_delay=max_delay,
         )
+        # libpq's defaults, unless the spec sets them: no connection attempt hangs for ever
+        # (libpq's own default), and the sessions say whose they are in pg_stat_activity.
+        given = {k for k, _ in parse_qsl(urlsplit(self.spec.conninfo).query)}
         self._connect_options: dict[str, Any] = {
-            "connect_timeout": max(1, round(connect_timeout)),
-            "application_name": "deltastream",
+            k: v
+            for k, v in (("connect_timeout", 10), ("application_name", "deltastream"))
+            if k not in given
         }
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._stream: str | None = None
@@ -560,7 +571,7 @@ class PostgresSink(Sink):
         columns = self._wanted_columns(delivery.schema)
         if self.spec.mode == "merge":
             self._check_keys(delivery)
-        data = await anyio.to_thread.run_sync(self._csv, delivery)
+        data = self._rows(delivery)
         what = f"{delivery.num_rows:,} rows ({delivery.start} to {delivery.end})"
 
         async def work(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -577,7 +588,7 @@ class PostgresSink(Sink):
                     return
                 self._check_position(held, delivery)
                 await self._prepare_target(conn, columns, delivery.schema)
-                if delivery.num_rows:
+                if data is not None:
                     await self._load(conn, columns, data)
                 await conn.execute(
                     self._sql(
@@ -645,10 +656,10 @@ class PostgresSink(Sink):
                         "nothing of the delivery was committed",
                     )
 
-    def _csv(self, delivery: Delivery) -> bytes:
-        """The delivery's rows in the column order of :meth:`_load`, as CSV."""
+    def _rows(self, delivery: Delivery) -> pa.Table | None:
+        """The delivery's rows in the column order of :meth:`_load` (``None``: none)."""
         if not delivery.num_rows:
-            return b""
+            return None
         table = pa.Table.from_batches(
             [b for b in delivery.batches if b.num_rows], schema=delivery.schema
         )
@@ -656,9 +667,7 @@ class PostgresSink(Sink):
             table = table.drop_columns(["_commit_timestamp"]).append_column(
                 _SEQ, pa.array(np.arange(table.num_rows, dtype=np.int64))
             )
-        out = io.BytesIO()
-        pcsv.write_csv(csv_ready(table), out, pcsv.WriteOptions(include_header=False))
-        return out.getvalue()
+        return table
 
     async def _prepare_target(
         self,
@@ -733,7 +742,10 @@ class PostgresSink(Sink):
         return any(sorted(row[0]) == sorted(keys) for row in await cur.fetchall())
 
     async def _load(
-        self, conn: psycopg.AsyncConnection[Any], wanted: Sequence[tuple[str, str]], data: bytes
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        wanted: Sequence[tuple[str, str]],
+        data: pa.Table,
     ) -> None:
         from psycopg import sql
 
@@ -801,17 +813,47 @@ class PostgresSink(Sink):
         conn: psycopg.AsyncConnection[Any],
         table: sql.Composable,
         names: Sequence[str],
-        data: bytes,
+        rows: pa.Table,
     ) -> None:
+        """``COPY`` the rows into ``table`` as CSV. They are encoded a slice at a time in a
+        worker thread while the slice before is sent, so that the encoding overlaps the
+        server's parsing (on another core) rather than adding to it."""
         from psycopg import sql
 
         query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
             table, sql.SQL(", ").join(map(sql.Identifier, names))
         )
-        chunk = 1 << 20
+        slices = [rows.slice(i, _COPY_SLICE) for i in range(0, rows.num_rows, _COPY_SLICE)]
+        send, receive = anyio.create_memory_object_stream[bytes](1)
+        encoding: Exception | None = None
+        sending: Exception | None = None
+
+        async def encode() -> None:
+            nonlocal encoding
+            async with send:
+                try:
+                    for part in slices:
+                        await send.send(await anyio.to_thread.run_sync(_csv, part))
+                except anyio.BrokenResourceError:
+                    pass  # the sending side failed: its error is raised
+                except Exception as e:
+                    encoding = e
+
+        # The failures are raised after the task group, as themselves (not in a group).
         async with conn.cursor() as cur, cur.copy(query) as copy:
-            for start in range(0, len(data), chunk):
-                await copy.write(data[start : start + chunk])
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(encode)
+                try:
+                    async with receive:
+                        async for data in receive:
+                            await copy.write(data)
+                except Exception as e:
+                    sending = e
+                    tg.cancel_scope.cancel()
+            if sending is not None:
+                raise sending
+            if encoding is not None:
+                raise encoding
 
     # -------------------------------------------------------------- reset, close
 
