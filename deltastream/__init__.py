@@ -21,6 +21,7 @@ from deltastream.daemon.sinks import (
     HttpSink,
     JsonlSink,
     ParquetSink,
+    PostgresSink,
     parse_sink,
 )
 from deltastream.daemon.tailer import (
@@ -151,6 +152,7 @@ __all__ = [
     "OutputClosedError",
     "ParquetSink",
     "Position",
+    "PostgresSink",
     "PreconditionFailedError",
     "Protocol",
     "RemoveFile",

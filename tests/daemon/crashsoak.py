@@ -510,13 +510,13 @@ def format_report(result: SoakResult) -> str:
         f"({result.kill_phase_s / max(result.kills, 1):.2f} s/kill), final catch-up "
         f"{result.catch_up_s:.1f} s, comparison {result.compare_s:.1f} s",
         "",
-        f"{'stream':<16} {'sink, snapshots':<26} {'kills':>6} {'versions':>8} {'expected':>9} "
+        f"{'stream':<16} {'sink, snapshots':<30} {'kills':>6} {'versions':>8} {'expected':>9} "
         f"{'delivered':>9} {'lost':>6} {'repeated':>8} {'mid-ver':>7} {'twice':>6} "
         f"{'resumed-mid':>11}",
     ]
     for s in result.streams:
         lines.append(
-            f"{s.name:<16} {s.label:<26} {result.kills:>6} {result.latest + 1:>8} "
+            f"{s.name:<16} {s.label:<30} {result.kills:>6} {result.latest + 1:>8} "
             f"{s.expected:>9} {s.delivered:>9} {s.lost:>6} {s.repeated:>8} "
             f"{s.killed_mid_version:>7} {s.twice_in_version:>6} {s.resumed_mid_version:>11}"
             + (f"  ({s.unexpected} rows not in the change data feed)" if s.unexpected else "")

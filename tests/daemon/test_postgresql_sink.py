@@ -718,6 +718,17 @@ def test_the_spec_parts_and_its_description_without_the_password() -> None:
         assert "secret" not in str(caught.value)
 
 
+def test_the_driver_loads_only_when_a_sink_connects() -> None:
+    code = """
+import sys
+import deltastream
+sink = deltastream.parse_sink("postgresql://u@h/db?table=t")
+assert "psycopg" not in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_without_the_driver_the_sink_is_one_clear_error() -> None:
     code = """
 import sys

@@ -47,6 +47,10 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
   one), which ``recover`` checks the files before the committed position against: a file
   missing or of another size is named (each file's footer names the one before it). Readers
   should ignore names starting with ``.`` (pyarrow, Spark and most tools do).
+* ``postgresql://...`` commits the rows and the stream's position in one transaction of the
+  target database (its offsets table), and ``recover`` returns that position
+  (:class:`~deltastream.daemon.delivery.HeldPosition`): the stream resumes where the
+  database is, whatever the state says (see :mod:`~deltastream.daemon.sinks.postgresql`).
 * Anything else (output when the state has no position, output past the committed position
   that no in-flight delivery explains, a file shorter or other than the one committed) raises
   :class:`~deltastream.errors.SinkRecoveryError` and touches nothing: the state may have been
