@@ -342,6 +342,11 @@ class PostgresSink(Sink):
             if k not in given
         }
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        #: The columns the target was last checked (and made to fit) for, on this
+        #: connection: the next delivery of the same columns skips the catalog queries.
+        self._ready: tuple[tuple[str, str], ...] | None = None
+        #: The columns of this connection's loading table (merge mode).
+        self._load_columns: tuple[str, ...] | None = None
         self._stream: str | None = None
         #: The target, schema-qualified (the schema resolved on connecting).
         self._schema: str | None = self.spec.schema
@@ -411,6 +416,8 @@ class PostgresSink(Sink):
 
     async def _discard(self) -> None:
         conn, self._conn = self._conn, None
+        # What was made or checked on it goes with it.
+        self._ready, self._load_columns = None, None
         if conn is not None:
             with anyio.CancelScope(shield=True):
                 await conn.close()
@@ -587,7 +594,8 @@ class PostgresSink(Sink):
                     # was lost: it is delivered.
                     return
                 self._check_position(held, delivery)
-                await self._prepare_target(conn, columns, delivery.schema)
+                if self._ready != tuple(columns):
+                    await self._prepare_target(conn, columns, delivery.schema)
                 if data is not None:
                     await self._load(conn, columns, data)
                 await conn.execute(
@@ -605,6 +613,7 @@ class PostgresSink(Sink):
                 )
                 crash_point("sink.after-write")
             crash_point("sink.after-fsync")
+            self._ready = tuple(columns)
 
         await self._run("COPY", what, work)
         return {"target": self.target}
@@ -757,39 +766,22 @@ class PostgresSink(Sink):
             return
         load = sql.Identifier(_LOAD)
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
-        await conn.execute(
-            sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-                load, cols, self._target_sql()
+        if self._load_columns != tuple(names):
+            # The session's loading table, made once per connection (and again when the
+            # target gains a column), with the target's column types; its rows go at commit.
+            await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(load))
+            await conn.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {load} ON COMMIT DELETE ROWS AS SELECT {cols}, "
+                    "NULL::text AS _change_type, NULL::bigint AS _commit_version, "
+                    "NULL::bigint AS {seq} FROM {target} WITH NO DATA"
+                ).format(load=load, cols=cols, seq=sql.Identifier(_SEQ), target=self._target_sql())
             )
-        )
-        await conn.execute(
-            sql.SQL(
-                "ALTER TABLE {} ADD COLUMN _change_type text, ADD COLUMN _commit_version bigint, "
-                "ADD COLUMN {} bigint"
-            ).format(load, sql.Identifier(_SEQ))
-        )
+            self._load_columns = tuple(names)
         await self._copy(conn, load, [*names, "_change_type", "_commit_version", _SEQ], data)
         keys = sql.SQL(", ").join(map(sql.Identifier, self.spec.keys))
-        # Each key's last change: by version; within one, a delete before the other changes
-        # (the row's old file removed, its new one added); then in row order.
-        last = sql.Identifier("_deltastream_last")
-        await conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {last} ON COMMIT DROP AS "
-                "SELECT DISTINCT ON ({keys}) * FROM {load} "
-                "WHERE _change_type <> 'update_preimage' "
-                "ORDER BY {keys}, _commit_version DESC, (_change_type <> 'delete') DESC, "
-                "{seq} DESC"
-            ).format(last=last, keys=keys, load=load, seq=sql.Identifier(_SEQ))
-        )
         match = sql.SQL(" AND ").join(
             sql.SQL("t.{k} = l.{k}").format(k=sql.Identifier(k)) for k in self.spec.keys
-        )
-        await conn.execute(
-            sql.SQL(
-                "DELETE FROM {target} AS t USING {last} AS l "
-                "WHERE l._change_type = 'delete' AND {match}"
-            ).format(target=self._target_sql(), last=last, match=match)
         )
         others = [n for n in names if n not in self.spec.keys]
         update: sql.Composable
@@ -801,11 +793,32 @@ class PostgresSink(Sink):
             )
         else:
             update = sql.SQL("DO NOTHING")
+        # One statement: each key's last change (by version; within one, a delete before the
+        # other changes, the row's old file removed and its new one added; then in row
+        # order), the keys whose last change is a delete deleted, the others upserted. The
+        # two sets of keys are disjoint, so the DELETE and the INSERT cannot meet.
         await conn.execute(
             sql.SQL(
-                "INSERT INTO {target} ({cols}) SELECT {cols} FROM {last} "
-                "WHERE _change_type <> 'delete' ON CONFLICT ({keys}) {update}"
-            ).format(target=self._target_sql(), cols=cols, last=last, keys=keys, update=update)
+                "WITH last AS ("
+                " SELECT DISTINCT ON ({keys}) * FROM {load}"
+                " WHERE _change_type <> 'update_preimage'"
+                " ORDER BY {keys}, _commit_version DESC, (_change_type <> 'delete') DESC,"
+                " {seq} DESC"
+                "), gone AS ("
+                " DELETE FROM {target} AS t USING last AS l"
+                " WHERE l._change_type = 'delete' AND {match}"
+                ") "
+                "INSERT INTO {target} ({cols}) SELECT {cols} FROM last"
+                " WHERE _change_type <> 'delete' ON CONFLICT ({keys}) {update}"
+            ).format(
+                keys=keys,
+                load=load,
+                seq=sql.Identifier(_SEQ),
+                target=self._target_sql(),
+                match=match,
+                cols=cols,
+                update=update,
+            )
         )
 
     @staticmethod
