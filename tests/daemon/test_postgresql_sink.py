@@ -665,6 +665,23 @@ async def test_a_target_of_another_stream_is_refused_naming_it(
             postgres.url(pg_database) + "?table=theirs")).run()  # fmt: skip
 
 
+async def test_a_target_holding_another_tables_rows_is_refused(
+    postgres: PostgresServer, pg_database: str, history: str, tmp_path: Path
+) -> None:
+    """The same stream name, another table (a new state directory): the offsets row says
+    whose rows the target holds, and the stream refuses to add another table's."""
+    spec = postgres.url(pg_database) + "?table=changes"
+    await run_until(config(history, tmp_path / "a"), PostgresSink(spec), 1)
+    other = str(tmp_path / "other")
+    create_table(other, rows=3)
+    before = changes(postgres, pg_database)
+    with pytest.raises(SinkRecoveryError) as caught:
+        await Tailer(config(other, tmp_path / "b"), PostgresSink(spec)).run()
+    assert f"{spec}: holds the rows of stream 's' from table " in str(caught.value)
+    assert "the target belongs to another table's stream" in str(caught.value)
+    assert changes(postgres, pg_database) == before
+
+
 async def test_a_reset_empties_the_target_and_forgets_the_stream(
     postgres: PostgresServer, pg_database: str, history: str, tmp_path: Path
 ) -> None:

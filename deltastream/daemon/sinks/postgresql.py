@@ -13,22 +13,24 @@ Two modes, by the spec's ``mode``:
   an ``insert`` or ``update_postimage`` upserts it (``INSERT ... ON CONFLICT DO UPDATE``).
 
 Exactly once: each delivery is one transaction that loads the rows (``COPY`` in CSV, into
-the target in append mode, into a temporary table then ``DELETE`` and ``INSERT ... ON
-CONFLICT`` in merge mode) and moves the stream's row in the offsets table (default
-``deltastream_offsets``: ``stream``, ``target``, ``table_id``, ``version``, ``snapshot``,
-``offset``, ``updated_at``) from the delivery's start to its end. :meth:`recover` returns
-that position (:class:`~deltastream.daemon.delivery.HeldPosition`), and the stream resumes
-there, whatever its state says. Each delivery first locks the row and checks that it holds
-the delivery's start: a retry after a connection lost during ``COMMIT`` finds the delivery's
-end there and does nothing more (it was committed), and a row moved by anything else stops
-the stream (:class:`~deltastream.errors.SinkRecoveryError`) rather than write rows twice.
+the target in append mode, into the session's temporary table then one ``DELETE`` and
+``INSERT ... ON CONFLICT`` statement in merge mode) and moves the stream's row in the
+offsets table (default ``deltastream_offsets``: ``stream``, ``target``, ``table_id``,
+``version``, ``snapshot``, ``offset``, ``updated_at``) from the delivery's start to its end.
+:meth:`recover` returns that position (:class:`~deltastream.daemon.delivery.HeldPosition`),
+and the stream resumes there, whatever its state says. Each delivery first locks the row
+and checks that it holds the delivery's start: a retry after a connection lost during
+``COMMIT`` finds the delivery's end there and does nothing more (it was committed), and a
+row moved by anything else stops the stream
+(:class:`~deltastream.errors.SinkRecoveryError`) rather than write rows twice.
 
 Ownership: the offsets row of a target table names the stream writing it (one row per target:
 the ``target`` column is the primary key). :meth:`recover` claims the row; a target claimed
 by another stream is refused (:class:`~deltastream.errors.SinkInUseError`, naming it), and so
 is a target that already holds rows no stream's row accounts for.
 
-Schemas: a missing target is created with the mapped types
+Schemas (checked on each connection's first delivery, and again whenever the source's
+columns change): a missing target is created with the mapped types
 (:mod:`~deltastream.daemon.sinks.postgresql_types`; in merge mode with a primary key on the
 key columns), a column new in the source is added (``ALTER TABLE ADD COLUMN``, logged), and a
 target that does not fit (a column dropped, renamed or of another kind; in merge mode no
