@@ -735,6 +735,25 @@ def test_the_spec_parts_and_its_description_without_the_password() -> None:
         assert "secret" not in str(caught.value)
 
 
+def test_two_streams_of_one_configuration_cannot_share_a_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from deltastream.daemon.config import parse_config
+
+    monkeypatch.setenv("DS_TEST_PG_PASSWORD", SECRET_PASSWORD)
+    url = "postgresql://loader:${DS_TEST_PG_PASSWORD}@db.internal/analytics"
+    tables = [
+        {"name": "a", "uri": "/t", "sink": f"{url}?table=orders", "state": "/s/a"},
+        {"name": "b", "uri": "/u", "sink": f"{url}?table=orders_log", "state": "/s/b"},
+    ]
+    parse_config({"tables": tables}, "c.toml")  # two targets: fine
+    tables[1]["sink"] = f"{url}?table=orders&mode=merge&key=id"
+    with pytest.raises(InvalidArgumentError) as caught:
+        parse_config({"tables": tables}, "c.toml")
+    assert "c.toml: streams 'a' and 'b' write to the same output (postgresql:" in str(caught.value)
+    assert SECRET_PASSWORD not in str(caught.value)
+
+
 def test_the_driver_loads_only_when_a_sink_connects() -> None:
     code = """
 import sys
