@@ -378,6 +378,42 @@ async def test_a_server_that_is_not_there_is_retried_then_a_transient_error() ->
     assert "Connection refused" in str(caught.value) and sink.retries == 2
 
 
+def test_which_failures_are_retried() -> None:
+    """Connections refused, reset or lost, a server shutting down, too many connections,
+    serialization failures and deadlocks pass; refusals of the work or the rows do not."""
+    import psycopg
+    import psycopg.errors as pe
+
+    from deltastream.daemon.sinks.postgresql import _transient_cause
+
+    retried = [
+        psycopg.OperationalError("connection to server at ... failed: Connection refused"),
+        psycopg.OperationalError("consuming input failed: server closed the connection"),
+        pe.AdminShutdown("terminating connection due to administrator command"),
+        pe.TooManyConnections("sorry, too many clients already"),
+        pe.SerializationFailure("could not serialize access"),
+        pe.DeadlockDetected("deadlock detected"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        psycopg.OperationalError("SSL SYSCALL error: EOF detected"),
+        psycopg.OperationalError("SSL connection has been closed unexpectedly"),
+    ]
+    final = [
+        psycopg.OperationalError("... failed: fe_sendauth: no password supplied"),
+        psycopg.OperationalError('... failed: FATAL:  password authentication failed for user "u"'),
+        psycopg.OperationalError("... failed: server does not support SSL, but SSL was required"),
+        psycopg.OperationalError('... failed: FATAL:  database "x" does not exist'),
+        psycopg.OperationalError('invalid sslmode value: "requir"'),
+        psycopg.OperationalError('invalid connection option "sslmod"'),
+        psycopg.OperationalError("... failed: SSL error: certificate verify failed"),
+        pe.CharacterNotInRepertoire('invalid byte sequence for encoding "UTF8": 0x00'),
+        pe.NumericValueOutOfRange("smallint out of range"),
+        pe.InsufficientPrivilege("permission denied for table t"),
+        SinkRecoveryError("postgresql://h/db?table=t", "moved"),
+    ]
+    assert all(_transient_cause(e) for e in retried)
+    assert not any(_transient_cause(e) for e in final)
+
+
 # ---------------------------------------------------------------------------- types
 
 

@@ -122,9 +122,11 @@ _SEQ = "_deltastream_seq"
 _COPY_SLICE = 20_000
 #: libpq's connection errors that retrying cannot fix (they carry no SQLSTATE): credentials,
 #: TLS, a database or role that does not exist, a bad connection option.
+#: (Not any "SSL": a TLS connection lost says "SSL SYSCALL error: EOF detected".)
 _PERMANENT_CONNECT = re.compile(
-    r"password|authentication|SSL|certificate|does not exist|invalid|unsupported|"
-    r"not permitted|no pg_hba.conf entry",
+    r"password|authentication|no pg_hba\.conf entry|does not exist|SSL was required|"
+    r"does not support SSL|certificate|invalid (?:connection option|\w+ value)|"
+    r"unsupported|not permitted",
     re.IGNORECASE,
 )
 #: SQLSTATE classes and codes worth retrying: connection exceptions, insufficient resources
