@@ -22,6 +22,7 @@ from deltastream.daemon.sinks import (
     HttpSink,
     JsonlSink,
     ParquetSink,
+    PostgresSink,
     parse_sink,
 )
 from deltastream.daemon.tailer import (
@@ -63,6 +64,7 @@ from deltastream.errors import (
     SinkInUseError,
     SinkRecoveryError,
     SinkRejectedError,
+    SinkSchemaError,
     StateConflictError,
     StorageError,
     TableNotFoundError,
@@ -152,6 +154,7 @@ __all__ = [
     "OutputClosedError",
     "ParquetSink",
     "Position",
+    "PostgresSink",
     "PreconditionFailedError",
     "Protocol",
     "RemoveFile",
@@ -165,6 +168,7 @@ __all__ = [
     "SinkInUseError",
     "SinkRecoveryError",
     "SinkRejectedError",
+    "SinkSchemaError",
     "Snapshot",
     "StartFrom",
     "StateConflictError",

@@ -40,7 +40,8 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
         ├── HttpStatusError           an HTTP sink's endpoint rejected a delivery
         ├── SinkRecoveryError         the sink's output does not match the stream's state
         ├── SinkInUseError            another stream owns the sink's output
-        ├── SinkRejectedError         the sink's target cannot take the rows as they are
+        ├── SinkRejectedError         the target cannot take the rows (a value, a null key)
+        │   └── SinkSchemaError       ... their schema does not fit the target's
         └── OutputClosedError         the reader of the sink's output went away (a closed pipe)
 """
 
@@ -79,6 +80,7 @@ __all__ = [
     "SinkInUseError",
     "SinkRecoveryError",
     "SinkRejectedError",
+    "SinkSchemaError",
     "StateConflictError",
     "StorageError",
     "TableNotFoundError",
@@ -478,9 +480,19 @@ class SinkInUseError(SinkError):
 
 
 class SinkRejectedError(SinkError):
-    """The sink's target cannot take the rows as they are, and retrying cannot change that:
-    their schema does not fit the target's (a column dropped or retyped), a merge key is
-    missing or null. Nothing of the delivery was committed; ``sink`` names the target."""
+    """The sink's target refused a delivery's rows for what they hold (a database's
+    constraint or type: a NUL in text, a value out of a column's range; a merge key missing
+    or null), or refused the work for good (a permission, a partitioning other than the
+    spec's): retrying the same rows cannot succeed. Nothing of the delivery was committed;
+    ``sink`` names the target."""
+
+    transient = False
+
+
+class SinkSchemaError(SinkRejectedError):
+    """The target's schema does not fit the rows (a column missing, or of another kind), or
+    the source's schema changed in a way the target cannot follow (a column dropped,
+    renamed or retyped). The message names both schemas."""
 
     transient = False
 

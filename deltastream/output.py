@@ -22,6 +22,7 @@ import secrets
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,6 +32,7 @@ from deltastream.schema.model import is_variant_arrow
 __all__ = [
     "batch_to_json_lines",
     "create_temp_file",
+    "json_text_array",
     "json_value",
     "write_json_lines",
     "write_parquet",
@@ -68,6 +70,23 @@ def batch_to_json_lines(batch: pa.RecordBatch) -> Iterator[str]:
         for name, t in variants:
             row[name] = _decode_variants(row[name], t)
         yield json.dumps({k: json_value(v) for k, v in row.items()}, ensure_ascii=False)
+
+
+def json_text_array(array: pa.Array[Any]) -> pa.Array[Any]:
+    """Each value of ``array`` (a struct, list, map or variant column) as JSON text, with the
+    values' JSON forms of :func:`json_value` (variants as the JSON they hold); nulls stay
+    null. For targets that store nested values as JSON (PostgreSQL's ``jsonb``)."""
+    t = array.type
+    variant = _has_variant(t)
+    texts: list[str | None] = []
+    for value in array.to_pylist(maps_as_pydicts="lossy"):
+        if value is None:
+            texts.append(None)
+            continue
+        if variant:
+            value = _decode_variants(value, t)
+        texts.append(orjson.dumps(json_value(value)).decode())
+    return pa.array(texts, pa.string())
 
 
 def _has_variant(t: pa.DataType) -> bool:

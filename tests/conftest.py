@@ -2,6 +2,9 @@
 
 * ``CORPORA``: ``../shared/corpora`` next to the project, used in place (never copied).
 * async tests use anyio's pytest plugin on asyncio (``@pytest.mark.anyio``).
+* ``postgres``: a throwaway PostgreSQL cluster for the session (``tests/postgres_server.py``;
+  Debian's ``postgresql`` package, which ``.ci/run`` installs); ``pg_database`` gives each
+  test a database of its own.
 * ``s3_server``: moto's ``ThreadedMotoServer`` on a free 127.0.0.1 port for the session;
   ``s3_bucket`` gives each test a fresh bucket and the storage options to reach it. Every
   S3 request in the tests goes over HTTP through aiobotocore; nothing is patched.
@@ -129,6 +132,22 @@ def s3_bucket(s3_server: S3Server) -> S3Bucket:
     name = f"test-{uuid.uuid4().hex[:12]}"
     s3_server.client().create_bucket(Bucket=name)
     return S3Bucket(s3_server, name)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A PostgreSQL server for the session (no skip: without PostgreSQL the tests fail)."""
+    from postgres_server import postgres_server
+
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_database(postgres: Any) -> str:
+    """A new, empty database on :func:`postgres`: its name."""
+    name: str = postgres.create_database()
+    return name
 
 
 @pytest.fixture(scope="session")

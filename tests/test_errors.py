@@ -32,6 +32,8 @@ PERMANENT = [
     e.HttpStatusError("http://x", 400, "Bad Request", ""),
     e.SinkRecoveryError("/out.jsonl", "not the output"),
     e.SinkInUseError("/out.jsonl", "in use"),
+    e.SinkRejectedError("postgresql://db/x?table=t", "value out of range"),
+    e.SinkSchemaError("postgresql://db/x?table=t", "column a dropped"),
     e.ResetIncompleteError("/state/reset.json", "interrupted"),
 ]
 

@@ -29,6 +29,7 @@ STORAGE_ONLY_IMPORTS = {
     "inotify_simple",
     "azure",
     "gcloud",
+    "psycopg",
 }
 NETWORK_PACKAGES = ("deltastream.storage", "deltastream.daemon")
 DAEMON_FORBIDDEN = {"aiobotocore", "botocore", "watchfiles", "inotify_simple", "azure", "gcloud"}

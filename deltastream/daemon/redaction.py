@@ -10,7 +10,8 @@ DEBUG request dumps, aiohttp), replacing the values of credentials with ``***``:
   ``X-Amz-Security-Token``, ``sig``, ``sv``/``se`` SAS tokens);
 * storage options and settings named like secrets (``secret_access_key``, ``session_token``,
   ``account_key``, ``sas_token``, ``client_secret``, ``password`` ...), as ``key=value``,
-  ``key: value`` or ``'key': 'value'``.
+  ``key: value`` or ``'key': 'value'``;
+* the password of a URI's user information (``postgresql://user:PASSWORD@host/db``).
 
 Access key ids are kept: they identify, they do not authenticate, and they are what a user
 needs to tell which credentials were used.
@@ -45,16 +46,19 @@ _PATTERNS = [
     re.compile(rf"(?i)([?&](?:{_QUERY})=)([^&\s'\"]+)"),
     # secret_access_key=...  /  session_token: ...  (settings, command lines)
     re.compile(rf"(?i)(\b(?:{_SECRETS})\s*[=:]\s*)(?!['\"])([^\s,;&'\"}}]+)"),
+    # postgresql://user:PASSWORD@host  (a URI's user information)
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@'\"]*:)([^\s/@'\"]+)(?=@)"),
 ]
 
 
 def redact(text: str) -> str:
     """``text`` with every credential value in it replaced by :data:`REDACTED`."""
-    quoted, header, query, setting = _PATTERNS
+    quoted, header, query, setting, userinfo = _PATTERNS
     text = quoted.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}", text)
     text = header.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     text = query.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-    return setting.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    text = setting.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    return userinfo.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
 
 
 class Redactor(logging.Filter):

@@ -73,10 +73,9 @@ def storage_option_names() -> frozenset[str]:
     return s3 | azure | gcs
 
 
-def require_extra(uri: str, extra: str, *modules: str, needs: str = "this store") -> None:
-    """Refuse, in one line, a URI whose store (or, naming it in ``needs``, another part: a
-    sink) needs an extra that is not installed: the error names the extra to install. Only
-    looks for the modules: importing them is left to their first use."""
+def require_extra(uri: str, extra: str, *modules: str, what: str = "store") -> None:
+    """Refuse, in one line, a URI whose store (or sink: ``what``) needs an extra that is not
+    installed."""
     import importlib.util
 
     for module in modules:
@@ -86,8 +85,8 @@ def require_extra(uri: str, extra: str, *modules: str, needs: str = "this store"
             found = False
         if not found:
             raise InvalidArgumentError(
-                f"{uri}: {needs} needs the {extra} extra: pip install 'deltastream[{extra}]'"
-                f" (missing: {module})"
+                f"{uri}: this {what} needs the {extra} extra: pip install "
+                f"'deltastream[{extra}]' (missing: {module})"
             )
 
 

@@ -9,11 +9,14 @@ A ``deltastream serve`` process follows the table with six streams (``mode = "fo
 ``from = "0"``, ``--max-rows-per-delivery`` rows per delivery so that kills land inside
 versions): a jsonl sink and a parquet sink, each with the default state snapshots and with
 ``checkpoint_every_versions = 1``, a delta sink (a change log in a Delta table) and a delta
-merge mirror (``?mode=merge&key=id``). Each process is SIGKILLed a uniform
-``--min-delay``..``--max-delay`` seconds after it started (seeded), and restarted. Then a
-last run catches up, is stopped with SIGTERM (it must exit 0 within 10 s), and each sink's
-rows are compared with ``deltalake``'s ``load_cdf`` as multisets of (_commit_version,
-_change_type, id, name, part); the mirror's rows with the table's at its last version.
+merge mirror (``?mode=merge&key=id``), and a PostgreSQL change log and mirror
+(``postgresql://...?table=soak_changes``, ``?table=soak_mirror&mode=merge&key=id``) on a
+throwaway PostgreSQL server (``tests/postgres_server.py``; Debian's ``postgresql``). Each
+process is SIGKILLed a uniform ``--min-delay``..``--max-delay`` seconds after it started
+(seeded), and restarted. Then a last run catches up, is stopped with SIGTERM (it must exit 0
+within 10 s), and each sink's rows are compared with ``deltalake``'s ``load_cdf`` as
+multisets of (_commit_version, _change_type, id, name, part); the mirrors' rows with the
+table's snapshot at its last version, as a multiset of (id, name, part).
 
 Prints, per stream: kills, versions, rows expected and delivered, lost, repeated, and how
 many kills landed inside a version. Exit status 1 if a row was lost or repeated, a temporary
@@ -38,6 +41,7 @@ from benchlib import command_line, log
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "daemon"))  # tests/daemon: crashsoak, tailing
+sys.path.insert(0, str(HERE.parent))  # tests: postgres_server
 
 from crashsoak import SoakOptions, format_report, run_soak  # noqa: E402
 

@@ -12,7 +12,10 @@ with the default state snapshots (every 1000 versions or 600 s: never, in proces
 live about a second) and once with ``checkpoint_every_versions = 1`` (a snapshot of the
 table's state after every version); a ``delta`` sink (a change log in a Delta table, which
 must hold each change row exactly once) and a ``delta`` merge mirror (which must hold exactly
-the table's rows at its last version). Small deliveries (``max_rows_per_delivery``) split
+the table's rows at its last version); and two into PostgreSQL (a throwaway server,
+``tests/postgres_server.py``): a change log (``postgresql://...?table=soak_changes``), held to
+the same account as the file sinks, and a mirror (``&mode=merge&key=id``), which must equal
+the table's snapshot at its last version. Small deliveries (``max_rows_per_delivery``) split
 versions, so kills land inside versions too.
 
 What keeps restarts cheap as the table grows: the table stays small (deletes remove a
@@ -41,6 +44,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+from postgres_server import postgres_server
 from tailing import Row, Writer, change_key, create_table, expected_changes
 
 __all__ = [
@@ -74,20 +78,16 @@ KINDS = (
 @dataclass(frozen=True)
 class Stream:
     name: str
-    sink: str  # "jsonl", "parquet", "delta" or "delta-merge"
+    #: "jsonl", "parquet", "delta", "delta-merge", "postgresql" or "postgresql-merge"
+    sink: str
     checkpoint_every_versions: int | None  # None: the default
 
     @property
     def label(self) -> str:
         every = self.checkpoint_every_versions
-        return f"{self.sink}, snapshots {'default' if every is None else f'every {every}'}"
-
-    def spec(self, root: Path) -> str:
-        if self.sink == "jsonl":
-            return f"jsonl:{root / 'out' / f'{self.name}.jsonl'}"
-        if self.sink == "delta-merge":
-            return f"delta:{root / 'out' / self.name}?mode=merge&key=id"
-        return f"{self.sink}:{root / 'out' / self.name}"
+        mirrors = {"postgresql-merge": "pg mirror", "delta-merge": "delta mirror"}
+        sink = mirrors.get(self.sink, self.sink)
+        return f"{sink}, snapshots {'default' if every is None else f'every {every}'}"
 
 
 STREAMS = (
@@ -97,6 +97,8 @@ STREAMS = (
     Stream("parquet_every1", "parquet", 1),
     Stream("delta", "delta", None),
     Stream("delta_mirror", "delta-merge", None),
+    Stream("postgresql", "postgresql", None),
+    Stream("pg_mirror", "postgresql-merge", None),
 )
 
 #: Seconds a kill-and-restart adds to the delay (SIGKILL, wait, reading the positions).
@@ -251,10 +253,22 @@ def resumes(lines: list[str]) -> list[tuple[str, int, int]]:
     return found
 
 
-def write_config(root: Path, uri: str, options: SoakOptions) -> Path:
+def sink_spec(root: Path, stream: Stream, pg_url: str) -> str:
+    if stream.sink == "postgresql":
+        return f"{pg_url}?table=soak_changes"
+    if stream.sink == "postgresql-merge":
+        return f"{pg_url}?table=soak_mirror&mode=merge&key=id"
+    target = root / "out" / (f"{stream.name}.jsonl" if stream.sink == "jsonl" else stream.name)
+    if stream.sink == "delta-merge":
+        return f"delta:{target}?mode=merge&key=id"
+    return f"{stream.sink}:{target}"
+
+
+def write_config(root: Path, uri: str, options: SoakOptions, pg_url: str) -> Path:
     tables = []
     for s in STREAMS:
-        entry = f'[[tables]]\nname = "{s.name}"\nuri = "{uri}"\nsink = "{s.spec(root)}"\n'
+        sink = sink_spec(root, s, pg_url)
+        entry = f'[[tables]]\nname = "{s.name}"\nuri = "{uri}"\nsink = "{sink}"\n'
         if s.checkpoint_every_versions is not None:
             entry += f"checkpoint_every_versions = {s.checkpoint_every_versions}\n"
         tables.append(entry)
@@ -277,7 +291,17 @@ max_rows_per_delivery = {options.max_rows_per_delivery}
     return config
 
 
-def delivered_rows(root: Path, stream: Stream) -> list[dict[str, Any]]:
+def delivered_rows(root: Path, stream: Stream, pg_url: str) -> list[dict[str, Any]]:
+    if stream.sink.startswith("postgresql"):
+        import psycopg
+
+        table = "soak_mirror" if stream.sink == "postgresql-merge" else "soak_changes"
+        with psycopg.connect(pg_url) as db, db.cursor() as cur:
+            if db.execute("SELECT to_regclass(%s)", [table]).fetchone() == (None,):
+                return []
+            cur.execute(f"SELECT * FROM {table}")
+            names = [d.name for d in cur.description or ()]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     if stream.sink == "jsonl":
         path = root / "out" / f"{stream.name}.jsonl"
         if not path.exists():
@@ -304,8 +328,13 @@ def note_kill(
         result.twice_in_version += 1
 
 
-def compare(expected: Counter[Row], rows: list[dict[str, Any]], result: StreamResult) -> None:
-    delivered = Counter(change_key(r) for r in rows)
+def compare(
+    expected: Counter[Row],
+    rows: list[dict[str, Any]],
+    result: StreamResult,
+    key: Callable[[dict[str, Any]], Row] = change_key,
+) -> None:
+    delivered = Counter(key(r) for r in rows)
     surplus = delivered - expected
     result.expected = expected.total()
     result.delivered = delivered.total()
@@ -314,35 +343,27 @@ def compare(expected: Counter[Row], rows: list[dict[str, Any]], result: StreamRe
     result.unexpected = sum(n for key, n in surplus.items() if key not in expected)
 
 
-def compare_mirror(
-    snapshot: list[dict[str, Any]], rows: list[dict[str, Any]], result: StreamResult
-) -> None:
-    """A mirror against the table's rows at the last version: rows missing are lost, rows
-    held twice repeated, rows the table does not have (an old value, a deleted key)
-    unexpected."""
-
-    def key(row: dict[str, Any]) -> Row:
-        return (row["id"], row["name"], row["part"])
-
-    expected = Counter(key(r) for r in snapshot)
-    held = Counter(key(r) for r in rows)
-    surplus = held - expected
-    result.expected = expected.total()
-    result.delivered = held.total()
-    result.lost = (expected - held).total()
-    result.repeated = sum(n for k, n in surplus.items() if k in expected)
-    result.unexpected = sum(n for k, n in surplus.items() if k not in expected)
+def mirror_key(row: dict[str, Any]) -> Row:
+    return (row["id"], row["name"], row["part"])
 
 
 def run_soak(
     root: Path, options: SoakOptions, progress: Callable[[str], None] | None = None
 ) -> SoakResult:
     """Run the soak under ``root`` (an empty directory) and return what it found; it raises
-    only on errors of its own (the table cannot be created, ...)."""
+    only on errors of its own (the table cannot be created, ...). A PostgreSQL server runs
+    for the soak's PostgreSQL sinks meanwhile."""
+    with postgres_server() as server:
+        return _run_soak(root, options, progress, server.url(server.create_database("soak")))
+
+
+def _run_soak(
+    root: Path, options: SoakOptions, progress: Callable[[str], None] | None, pg_url: str
+) -> SoakResult:
     root.mkdir(parents=True, exist_ok=True)
     uri = str(root / "table")
     create_table(uri, rows=options.initial_rows)
-    config = write_config(root, uri, options)
+    config = write_config(root, uri, options, pg_url)
     log = root / "daemon.log"
     states = {s.name: root / "state" / s.name for s in STREAMS}
     result = SoakResult(options=options, root=root, interval=options.writer_interval())
@@ -413,12 +434,15 @@ def run_soak(
 
     t2 = time.monotonic()
     expected = expected_changes(uri, 0, result.latest)
+    # The mirror: the table's rows at its last version, each once.
     snapshot = DeltaTable(uri, version=result.latest).to_pyarrow_table().to_pylist()
+    expected_mirror = Counter(mirror_key(r) for r in snapshot)
     for s in STREAMS:
-        if s.sink == "delta-merge":
-            compare_mirror(snapshot, delivered_rows(root, s), results[s.name])
+        rows = delivered_rows(root, s, pg_url)
+        if s.sink.endswith("-merge"):
+            compare(expected_mirror, rows, results[s.name], key=mirror_key)
         else:
-            compare(expected, delivered_rows(root, s), results[s.name])
+            compare(expected, rows, results[s.name])
         if s.sink == "parquet":
             directory = root / "out" / s.name
             result.temp_files += [str(p) for p in sorted(directory.glob(".*.tmp"))]

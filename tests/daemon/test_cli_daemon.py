@@ -310,7 +310,7 @@ def test_an_unusable_state_or_sink_location_fails_at_start(
 def test_an_unknown_sink_kind_is_one_error_before_anything_starts(tmp_path: Path) -> None:
     uri, state = str(tmp_path / "t"), tmp_path / "s"
     create_table(uri)
-    known = "(known kinds: jsonl, parquet, http, https, exec, delta)"
+    known = "(known kinds: jsonl, parquet, http, https, exec, delta, postgresql, postgres)"
     error = the_error(run_cli("tail", uri, "--sink", "kafka:x", "--state", str(state)))
     assert error.startswith(f"deltastream: error: sink 'kafka:x' is not a sink {known}: ")
     assert not state.exists()

@@ -158,7 +158,8 @@ def test_every_sink_spec_is_checked_when_the_file_loads() -> None:
         parse_config({"tables": tables}, "c.toml")
     assert str(e.value).startswith(
         "c.toml [[tables]] #2 (b): sink 'kafka:x' is not a sink "
-        "(known kinds: jsonl, parquet, http, https, exec, delta): accepted forms are jsonl:PATH"
+        "(known kinds: jsonl, parquet, http, https, exec, delta, postgresql, postgres): accepted "
+        "forms are jsonl:PATH"
     )
 
 

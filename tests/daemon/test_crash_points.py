@@ -7,9 +7,9 @@ inside one snapshot, for every sink; then lets it finish and compares what the s
 with the rows of a run that never crashed (itself checked against delta-rs):
 
 * ``jsonl`` and ``parquet``: exactly the reference rows, in order (0 lost, 0 repeated);
-* ``delta`` (a Delta change log): exactly the reference rows (a table has no order), and
-  ``delta-merge`` (a mirror): exactly the source's rows at the last version (those the
-  stream saw change, when it follows from a later version than the first);
+* ``delta`` and ``postgresql`` (change logs): exactly the reference rows (as a multiset: a
+  table has no order); ``delta-merge`` and ``postgresql-merge`` (mirrors): exactly the rows
+  the reference changes leave, applied one by one;
 * ``http``, ``exec`` and the callback: every row at least once, and every repeat in a
   delivery with the same idempotency key and the same rows (so a receiver that drops keys it
   has seen gets exactly the reference rows).
@@ -22,6 +22,7 @@ reset is run again, and then delivers every row from the start exactly as the re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import shutil
@@ -38,6 +39,7 @@ import pyarrow.parquet as pq
 import pytest
 from crashpoint_child import CALLBACK, STREAM, Job, change_tuple, run_job
 from deltalake import DeltaTable, write_deltalake
+from postgres_server import PostgresServer
 from tailing import CDF, SMALL_GROUPS, batch
 
 from deltastream.daemon.crashpoints import CRASH_EXIT_STATUS, POINTS
@@ -168,6 +170,10 @@ SINKS = {
     "http": SinkKind("http", False, AT_LEAST_ONCE_POINTS),
     "exec": SinkKind("exec", False, AT_LEAST_ONCE_POINTS),
     "callback": SinkKind("callback", False, AT_LEAST_ONCE_POINTS),
+    # The rows and the position in one transaction: sink.after-write is inside it,
+    # sink.after-fsync after its COMMIT.
+    "postgresql": SinkKind("postgresql", True, DELIVERY_POINTS),
+    "postgresql-merge": SinkKind("postgresql-merge", True, DELIVERY_POINTS),
 }
 
 #: The pass at which a run crashes: late enough that each run makes progress first.
@@ -202,7 +208,22 @@ def cases() -> Iterator[Any]:
                 yield pytest.param(sink.name, mode, point, id=f"{sink.name}-{mode}-{point}")
 
 
-def sink_spec(kind: str, out: Path, http_url: str) -> str:
+@pytest.fixture(scope="module")
+def pg_url(postgres: PostgresServer) -> str:
+    """A database for the module's PostgreSQL sinks (each test its own tables)."""
+    return postgres.url(postgres.create_database("crash"))
+
+
+def pg_table(out: Path) -> str:
+    """The target table of the PostgreSQL sink whose work directory is ``out``."""
+    return "t_" + hashlib.sha256(str(out).encode()).hexdigest()[:16]
+
+
+def sink_spec(kind: str, out: Path, http_url: str, pg_url: str = "") -> str:
+    if kind == "postgresql":
+        return f"{pg_url}?table={pg_table(out)}"
+    if kind == "postgresql-merge":
+        return f"{pg_url}?table={pg_table(out)}&mode=merge&key=id"
     if kind == "jsonl":
         return f"jsonl:{out / 'out.jsonl'}"
     if kind == "parquet":
@@ -223,38 +244,43 @@ def sink_spec(kind: str, out: Path, http_url: str) -> str:
     return f"{CALLBACK}{out / 'callback.jsonl'}"
 
 
-def exactly_once_rows(kind: str, out: Path) -> list[Row]:
+def exactly_once_rows(kind: str, out: Path, pg_url: str = "") -> list[Row]:
+    if kind.startswith("postgresql"):
+        import psycopg
+
+        columns = "_commit_version, _change_type, id, name, part"
+        if kind == "postgresql-merge":
+            columns = "id, name, part"
+        with psycopg.connect(pg_url) as db:
+            found = db.execute(f"SELECT {columns} FROM {pg_table(out)}").fetchall()
+        return sorted(tuple(r) for r in found)
     if kind == "jsonl":
         return jsonl_rows(out / "out.jsonl")
     if kind == "delta":
         rows = DeltaTable(str(out / "delta")).to_pyarrow_table().to_pylist()
         return sorted(change_tuple(r) for r in rows)
+    if kind == "delta-merge":
+        rows = DeltaTable(str(out / "mirror")).to_pyarrow_table().to_pylist()
+        return sorted((r["id"], r["name"], r["part"]) for r in rows)
     directory = out / "parquet"
     assert not list(directory.glob(".*.tmp")), "temporary files left behind"
     files = sorted(p for p in directory.iterdir() if p.suffix == ".parquet")
     return [change_tuple(r) for f in files for r in pq.read_table(f).to_pylist()]
 
 
-def mirror_rows(uri: str) -> list[Row]:
-    return sorted(
-        (r["id"], r["name"], r["part"]) for r in DeltaTable(uri).to_pyarrow_table().to_pylist()
-    )
-
-
-def expected_mirror(table: str, reference: list[Row]) -> list[Row]:
-    """The source's rows at the last version whose keys the stream saw change (all of them
-    for a snapshot): what a mirror fed by the stream holds."""
-    changed = {row[2] for row in reference}
-    return [r for r in mirror_rows(table) if r[0] in changed]
-
-
-def check_exactly_once(kind: str, out: Path, table: str, reference: list[Row]) -> None:
-    if kind == "delta-merge":
-        assert mirror_rows(str(out / "mirror")) == expected_mirror(table, reference)
-    elif kind == "delta":
-        assert exactly_once_rows(kind, out) == sorted(reference)
-    else:
-        assert exactly_once_rows(kind, out) == reference
+def expected_rows(kind: str, reference: list[Row]) -> list[Row]:
+    """What an exactly-once sink of ``kind`` holds after the ``reference`` rows."""
+    if kind in ("postgresql", "delta"):
+        return sorted(reference)
+    if kind.endswith("-merge"):  # each change applied in turn: a mirror
+        mirror: dict[int, Row] = {}
+        for _, change, key, *rest in reference:
+            if change == "delete":
+                mirror.pop(key, None)
+            elif change != "update_preimage":
+                mirror[key] = (key, *rest)
+        return sorted(mirror.values())
+    return reference
 
 
 def keyed_deliveries(kind: str, out: Path, receiver: HttpReceiver) -> list[tuple[str, list[Row]]]:
@@ -296,6 +322,7 @@ def test_every_crash_point_once_twice_and_three_times(
     table: str,
     reference: dict[str, list[Row]],
     http_server: tuple[str, HttpReceiver],
+    pg_url: str,
     tmp_path: Path,
 ) -> None:
     url, receiver = http_server
@@ -304,13 +331,14 @@ def test_every_crash_point_once_twice_and_three_times(
         (work / "exec").mkdir(parents=True)
         with receiver.lock:
             receiver.deliveries.clear()
-        base = job(table, work, mode, sink_spec(sink, work, url))
+        base = job(table, work, mode, sink_spec(sink, work, url, pg_url))
         for i in range(crashes):
             status = run_job(replace(base, crash=f"{point}:{NTH_PASS[point]}"))
             assert status == CRASH_EXIT_STATUS, f"run {i + 1} did not reach {point}: {status}"
         assert run_job(base) == 0
         if SINKS[sink].exactly_once:
-            check_exactly_once(sink, work, table, reference[mode])
+            expected = expected_rows(sink, reference[mode])
+            assert exactly_once_rows(sink, work, pg_url) == expected, f"{crashes} crash(es)"
         else:
             check_at_least_once(keyed_deliveries(sink, work, receiver), reference[mode])
 
@@ -350,6 +378,9 @@ def test_a_repeat_after_new_commits_keeps_its_deliveries_and_keys(tmp_path: Path
 RESET_PASSES = {
     "jsonl": {"reset.marked": (1,), "reset.output-file": (1,), "reset.state": (1,)},
     "parquet": {"reset.marked": (1,), "reset.output-file": (1, 2, 20), "reset.state": (1,)},
+    # One transaction empties the table and removes the stream's offsets row.
+    "postgresql": {"reset.marked": (1,), "reset.output-file": (1,), "reset.state": (1,)},
+    "postgresql-merge": {"reset.marked": (1,), "reset.output-file": (1,), "reset.state": (1,)},
 }
 
 
@@ -378,11 +409,12 @@ def test_a_reset_killed_at_each_point_blocks_the_stream_until_run_again(
     table: str,
     reference: dict[str, list[Row]],
     http_server: tuple[str, HttpReceiver],
+    pg_url: str,
     tmp_path: Path,
 ) -> None:
     url, receiver = http_server
     (tmp_path / "exec").mkdir()
-    spec = sink_spec(sink, tmp_path, url)
+    spec = sink_spec(sink, tmp_path, url, pg_url)
     stream = job(table, tmp_path, "version", spec)
     reset = replace(stream, action="reset")
     assert run_job(stream) == 0
@@ -422,7 +454,8 @@ def test_a_reset_killed_at_each_point_blocks_the_stream_until_run_again(
     if SINKS[sink].exactly_once:
         # (A Delta target keeps its rows and its txn through a reset: the stream resumes
         # where the target is, and the target still holds every row once.)
-        check_exactly_once(sink, tmp_path, table, reference["version"])
+        expected = expected_rows(sink, reference["version"])
+        assert exactly_once_rows(sink, tmp_path, pg_url) == expected
     else:
         check_at_least_once(keyed_deliveries(sink, tmp_path, receiver), reference["version"])
 

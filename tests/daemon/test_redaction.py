@@ -29,6 +29,7 @@ TOKEN = "IQoJb3JpZ2luX2VjEJrSESSIONTOKEN"
         f"{{'aws_secret_access_key': '{SECRET}', 'aws_session_token': \"{TOKEN}\"}}",
         f"Authorization: Bearer {SECRET}",
         f'{{"azure_storage_account_key": "{SECRET}", "azure_storage_sas_token": "{TOKEN}"}}',
+        f"sink postgresql://loader:{SECRET}@db:5432/x?table=t&password={TOKEN} failed",
     ],
 )
 def test_credentials_are_redacted(line: str) -> None:
@@ -38,6 +39,8 @@ def test_credentials_are_redacted(line: str) -> None:
 
 def test_everything_else_is_kept() -> None:
     line = "s3://b/t/_delta_log/00000000000000000005.json: version 5, access_key_id=AKIAX"
+    assert redact(line) == line
+    line = "postgresql://loader@db:5432/x?table=t, http://127.0.0.1:9464/metrics"
     assert redact(line) == line
 
 

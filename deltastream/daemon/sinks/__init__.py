@@ -15,6 +15,10 @@ spec                   guarantee      what it does per delivery
                                       ``txn`` action holds the position
 ``delta:URI?mode=      exactly-once   keeps a mirror of the source table in a Delta table:
 merge&key=K``                         one ``MERGE`` per delivery, with the ``txn`` too
+``postgresql://...``   exactly-once   appends the change rows to a table (``?table=NAME``),
+                                      or mirrors the source table into it
+                                      (``&mode=merge&key=id``), the stream's position
+                                      committed in the same transaction
 (Python API)           at-least-once  :class:`CallbackSink` calls a function
 =====================  =============  ====================================================
 
@@ -53,6 +57,10 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
   carries a ``txn`` action (:mod:`~deltastream.daemon.sinks.delta`), and ``recover`` returns
   it as a :class:`~deltastream.daemon.delivery.HeldPosition`, where the stream resumes.
   Nothing is ever undone; a reset leaves the target's rows (and its ``txn``) as they are.
+* ``postgresql://...`` commits the rows and the stream's position in one transaction of the
+  target database (its offsets table), and ``recover`` returns that position
+  (:class:`~deltastream.daemon.delivery.HeldPosition`): the stream resumes where the
+  database is, whatever the state says (see :mod:`~deltastream.daemon.sinks.postgresql`).
 * Anything else (output when the state has no position, output past the committed position
   that no in-flight delivery explains, a file shorter or other than the one committed) raises
   :class:`~deltastream.errors.SinkRecoveryError` and touches nothing: the state may have been
@@ -97,6 +105,8 @@ from deltastream.daemon.sinks.parquet import (
     parquet_file_name,
     parse_parquet_file_name,
 )
+from deltastream.daemon.sinks.postgresql import SCHEMES as POSTGRESQL_SCHEMES
+from deltastream.daemon.sinks.postgresql import PostgresSink
 from deltastream.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -109,13 +119,14 @@ __all__ = [
     "HttpSink",
     "JsonlSink",
     "ParquetSink",
+    "PostgresSink",
     "parquet_file_name",
     "parse_parquet_file_name",
     "parse_sink",
 ]
 
 #: The kinds of sink a spec may name (the part before the first ``:``), for messages.
-SINK_KINDS = ("jsonl", "parquet", "http", "https", "exec", "delta")
+SINK_KINDS = ("jsonl", "parquet", "http", "https", "exec", "delta", *POSTGRESQL_SCHEMES)
 
 
 def parse_sink(
@@ -126,9 +137,11 @@ def parse_sink(
     stream: TailConfig | None = None,
 ) -> Sink:
     """The sink a spec string names: ``jsonl:PATH``, ``jsonl:-``, ``parquet:DIRECTORY``,
-    ``http://URL``, ``https://URL`` (also spelt ``http:URL``), ``exec:COMMAND`` or
-    ``delta:URI[?mode=merge&key=…]``
-    (``work_dir``: where the exec sink writes its batch files; default a temporary directory;
+    ``http://URL``, ``https://URL`` (also spelt ``http:URL``), ``exec:COMMAND``,
+    ``delta:URI[?mode=merge&key=…]`` or
+    ``postgresql://USER@HOST:PORT/DB?table=NAME[&mode=merge&key=COLUMN,...]`` (also
+    ``postgres://``) (``work_dir``: where the exec sink writes its batch files; default a
+    temporary directory;
     ``table``: the stream's name, which lets the parquet sink clean up after a crash already
     in ``recover``; ``stream``: the stream's settings, whose ``http_*`` ones configure an http
     sink, the environment variables in its headers read now, ``exec_timeout`` an exec
@@ -151,6 +164,8 @@ def parse_sink(
             if stream is None:
                 return ExecSink(rest, work_dir=work_dir)
             return ExecSink(rest, work_dir=work_dir, timeout=stream.exec_timeout)
+        if kind in POSTGRESQL_SCHEMES and rest.startswith("//"):
+            return PostgresSink(spec.strip())
     if kind in SINK_KINDS:
         problem = "is incomplete"
     else:

@@ -34,7 +34,8 @@ log = logging.getLogger("deltastream.daemon.sinks")
 #: The spec forms :func:`parse_sink` accepts, for error messages and help texts.
 SPEC_FORMS: Final = (
     "jsonl:PATH, jsonl:- (standard output), parquet:DIRECTORY, http://URL, https://URL, "
-    "exec:COMMAND, delta:URI, delta:URI?mode=merge&key=COLUMN[,COLUMN...]"
+    "exec:COMMAND, delta:URI, delta:URI?mode=merge&key=COLUMN[,COLUMN...], "
+    "postgresql://USER@HOST:PORT/DB?table=NAME[&mode=merge&key=COLUMN,...]"
 )
 
 

@@ -60,6 +60,7 @@ from deltastream.errors import (
     SinkError,
     SinkRecoveryError,
     SinkRejectedError,
+    SinkSchemaError,
     TableNotFoundError,
 )
 from deltastream.snapshot.loader import load_table_state
@@ -362,7 +363,7 @@ class DeltaSink(Sink):
         if store_kind(uri) == "file" and "://" not in uri:
             uri = str(Path(uri).expanduser().absolute())
         self.uri = uri
-        require_extra(self._spec, "delta", "deltalake", needs="the delta sink")
+        require_extra(self._spec, "delta", "deltalake", what="sink")
         _check_retry_options(max_attempts, base_delay, max_delay)
         self.max_attempts = max_attempts
         self.base_delay = base_delay
@@ -636,7 +637,7 @@ class DeltaSink(Sink):
                 self.uri,
             )
             return True
-        raise SinkRejectedError(
+        raise SinkSchemaError(
             self._spec,
             f"the rows' schema {_describe(want)} does not fit the schema of the table at "
             f"{self.uri} {_describe(have)}: only new columns can be added to a delta target; "

@@ -1,0 +1,907 @@
+"""The ``postgresql://`` sink: change rows into a PostgreSQL table, exactly once.
+
+Two modes, by the spec's ``mode``:
+
+* ``append`` (the default): every change row, with ``_change_type``, ``_commit_version`` and
+  ``_commit_timestamp``, is appended to the target table (a change log);
+* ``merge`` (with ``key=COLUMN[,...]``): the target is a mirror of the source table: after
+  each delivery it holds exactly the source's rows as of the delivered position. Within a
+  delivery only each key's last change counts (``update_preimage`` rows ignored), in the
+  order of ``_commit_version`` and, within a version, deletes before the other changes and
+  then row order: a commit that removes a row's old file and adds its new one may list the
+  two either way, and the row exists after the commit. A ``delete`` deletes the key's row;
+  an ``insert`` or ``update_postimage`` upserts it (``INSERT ... ON CONFLICT DO UPDATE``).
+
+Exactly once: each delivery is one transaction that loads the rows (``COPY`` in CSV, into
+the target in append mode, into the session's temporary table then one ``DELETE`` and
+``INSERT ... ON CONFLICT`` statement in merge mode) and moves the stream's row in the
+offsets table (default ``deltastream_offsets``: ``stream``, ``target``, ``table_id``,
+``version``, ``snapshot``, ``offset``, ``updated_at``) from the delivery's start to its end.
+:meth:`recover` returns that position (:class:`~deltastream.daemon.delivery.HeldPosition`),
+and the stream resumes there, whatever its state says. Each delivery first locks the row
+and checks that it holds the delivery's start: a retry after a connection lost during
+``COMMIT`` finds the delivery's end there and does nothing more (it was committed), and a
+row moved by anything else stops the stream
+(:class:`~deltastream.errors.SinkRecoveryError`) rather than write rows twice.
+
+Ownership: the offsets row of a target table names the stream writing it (one row per target:
+the ``target`` column is the primary key). :meth:`recover` claims the row; a target claimed
+by another stream is refused (:class:`~deltastream.errors.SinkInUseError`, naming it), and so
+is a target that already holds rows no stream's row accounts for.
+
+Schemas (checked on each connection's first delivery, and again whenever the source's
+columns change): a missing target is created with the mapped types
+(:mod:`~deltastream.daemon.sinks.postgresql_types`; in merge mode with a primary key on the
+key columns), a column new in the source is added (``ALTER TABLE ADD COLUMN``, logged), and a
+target that does not fit (a column dropped, renamed or of another kind; in merge mode no
+unique index on the key columns) stops the stream with
+:class:`~deltastream.errors.SinkSchemaError`, naming both schemas. A row PostgreSQL refuses (a
+NUL in text, a value out of a column's range) or a null key in merge mode raises
+:class:`~deltastream.errors.SinkRejectedError`; nothing of the delivery is committed.
+
+The connection: the spec is a libpq URI; the sink's own query parameters (``table``,
+``mode``, ``key``, ``offsets_table``) are taken out and the rest (``sslmode``,
+``sslrootcert``, ``host=/socket/dir``, ...) passed to libpq, which also reads
+``PGPASSWORD``, ``.pgpass`` and the other ``PG*`` variables. ``${NAME}`` in the spec is the
+environment variable NAME (read when the sink is made), so a password can come from the
+environment through a TOML file. The password is never in the sink's description (logged,
+stored in the state), its repr or its errors.
+
+Failures: connection errors (refused, reset, lost), serialization failures, deadlocks and a
+server shutting down are retried with the project's backoff
+(:func:`~deltastream.storage.retry.call_with_retries`), each retry reported to the stream;
+other errors of PostgreSQL are permanent and raised at once.
+
+The driver is psycopg 3 (the ``deltastream[postgresql]`` extra): it is libpq's, so
+connection strings, ``.pgpass``, ``PGPASSWORD``, TLS settings and unix sockets behave as in
+``psql``, and it has native asyncio connections and ``COPY FROM STDIN``. It is imported when
+a sink connects; :func:`require_driver` turns its absence into one clear error.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+import anyio
+import anyio.to_thread
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from deltastream.daemon.crashpoints import crash_point
+from deltastream.daemon.delivery import (
+    Delivery,
+    Guarantee,
+    HeldPosition,
+    Position,
+    Sink,
+    StreamRef,
+)
+from deltastream.daemon.sinks.common import _check_retry_options, _reset_hint, log
+from deltastream.daemon.sinks.postgresql_types import csv_ready, fits, pg_type
+from deltastream.daemon.stream_config import expand_env
+from deltastream.errors import (
+    DeltaStreamError,
+    InvalidArgumentError,
+    SinkError,
+    SinkInUseError,
+    SinkRecoveryError,
+    SinkRejectedError,
+    SinkSchemaError,
+    StorageError,
+)
+from deltastream.storage import require_extra
+from deltastream.storage.retry import RetryPolicy, call_with_retries
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+
+__all__ = ["SCHEMES", "PostgresSink", "PostgresSpec", "require_driver"]
+
+T = TypeVar("T")
+
+#: The spec's schemes (libpq's two).
+SCHEMES = ("postgresql", "postgres")
+#: The change columns every change row ends with.
+CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+#: The query parameters the sink takes for itself; the others go to libpq.
+_OWN = ("table", "mode", "key", "offsets_table")
+DEFAULT_OFFSETS_TABLE = "deltastream_offsets"
+#: The temporary table of merge mode, and its column of each row's place in the delivery.
+_LOAD = "_deltastream_load"
+_SEQ = "_deltastream_seq"
+#: Rows encoded at a time while the slice before is sent (about a megabyte of CSV).
+_COPY_SLICE = 20_000
+#: libpq's connection errors that retrying cannot fix (they carry no SQLSTATE): credentials,
+#: TLS, a database or role that does not exist, a bad connection option.
+#: (Not any "SSL": a TLS connection lost says "SSL SYSCALL error: EOF detected".)
+_PERMANENT_CONNECT = re.compile(
+    r"password|authentication|no pg_hba\.conf entry|does not exist|SSL was required|"
+    r"does not support SSL|certificate|invalid (?:connection option|\w+ value)|"
+    r"unsupported|not permitted",
+    re.IGNORECASE,
+)
+#: SQLSTATE classes and codes worth retrying: connection exceptions, insufficient resources
+#: (too many connections), operator intervention (a server shutting down), system errors,
+#: serialization failures and deadlocks.
+_TRANSIENT_CLASSES = ("08", "53", "57", "58")
+_TRANSIENT_CODES = ("40001", "40P01")
+
+
+def require_driver(spec: str) -> None:
+    """Refuse, in one line naming the extra, a PostgreSQL sink without its driver."""
+    require_extra(spec, "postgresql", "psycopg", what="sink")
+
+
+def _identifier(text: str, what: str, spec: str) -> str:
+    if not text or "\0" in text or len(text.encode()) > 63:
+        raise InvalidArgumentError(
+            f"sink {spec}: {what} {text!r} is not a PostgreSQL name (1 to 63 bytes, no NUL)"
+        )
+    return text
+
+
+def _qualified(text: str, what: str, spec: str) -> tuple[str | None, str]:
+    """``schema.name`` or ``name`` (split at the first dot)."""
+    schema, dot, name = text.partition(".")
+    if not dot:
+        return None, _identifier(text, what, spec)
+    return _identifier(schema, f"{what}'s schema", spec), _identifier(name, what, spec)
+
+
+@dataclass(frozen=True)
+class PostgresSpec:
+    """A ``postgresql://`` spec, parsed: what the sink writes where, and how it connects."""
+
+    #: The spec without its password: the sink's description (logged, kept in the state).
+    description: str
+    #: The libpq URI without the sink's own parameters and without a password; the
+    #: environment variables in it read.
+    conninfo: str = field(repr=False)
+    schema: str | None
+    table: str
+    mode: Literal["append", "merge"]
+    keys: tuple[str, ...]
+    offsets_schema: str | None
+    offsets_table: str
+    #: The password given in the spec (``user:PASSWORD@`` or ``password=``), if any.
+    password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def parse(cls, spec: str) -> PostgresSpec:
+        parts = urlsplit(spec)
+        if parts.scheme.lower() not in SCHEMES:
+            raise InvalidArgumentError(f"sink {spec!r} is not a postgresql:// URI")
+        userinfo, at, hostport = parts.netloc.rpartition("@")
+        user, colon, raw_password = userinfo.partition(":")
+        password = unquote(raw_password) if colon else None
+        netloc = f"{user}@{hostport}" if at else hostport
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        own = {k: v for k, v in query if k in _OWN}
+        passed = [(k, v) for k, v in query if k not in _OWN and k != "password"]
+        password = next((v for k, v in query if k == "password"), password)
+        # The description: as given, without the password.
+        public = [(k, v) for k, v in query if k != "password"]
+        description = urlunsplit(
+            (parts.scheme, netloc, parts.path, urlencode(public, safe="/,:"), parts.fragment)
+        )
+        for key in _OWN:
+            if sum(k == key for k, _ in query) > 1:
+                raise InvalidArgumentError(f"sink {description}: {key!r} is given twice")
+        if not own.get("table"):
+            raise InvalidArgumentError(
+                f"sink {description}: needs the target table: ?table=NAME (or schema.name)"
+            )
+        schema, table = _qualified(own["table"], "table", description)
+        mode = own.get("mode", "append")
+        if mode not in ("append", "merge"):
+            raise InvalidArgumentError(
+                f"sink {description}: mode must be 'append' or 'merge', not {mode!r}"
+            )
+        keys = tuple(k.strip() for k in own.get("key", "").split(",") if k.strip())
+        if mode == "merge" and not keys:
+            raise InvalidArgumentError(
+                f"sink {description}: mode=merge needs the key columns: &key=COLUMN[,...]"
+            )
+        if mode == "append" and keys:
+            raise InvalidArgumentError(
+                f"sink {description}: key= is for mode=merge (append mode appends every change)"
+            )
+        if len(set(keys)) != len(keys):
+            raise InvalidArgumentError(f"sink {description}: a key column is named twice")
+        for k in keys:
+            _identifier(k, "key column", description)
+        offsets_schema, offsets_table = _qualified(
+            own.get("offsets_table", DEFAULT_OFFSETS_TABLE), "offsets_table", description
+        )
+        what = f"sink {description}"
+        conninfo = urlunsplit(
+            (
+                parts.scheme,
+                expand_env(netloc, what),
+                expand_env(parts.path, what),
+                urlencode([(k, expand_env(v, what)) for k, v in passed], quote_via=quote),
+                "",
+            )
+        )
+        if password is not None:
+            password = expand_env(password, f"{what}: the password")
+        return cls(
+            description=description,
+            conninfo=conninfo,
+            schema=schema,
+            table=table,
+            mode=mode,  # type: ignore[arg-type]  # checked above
+            keys=keys,
+            offsets_schema=offsets_schema,
+            offsets_table=offsets_table,
+            password=password,
+        )
+
+
+def _csv(rows: pa.Table) -> bytes:
+    out = io.BytesIO()
+    pcsv.write_csv(csv_ready(rows), out, pcsv.WriteOptions(include_header=False))
+    return out.getvalue()
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text.removeprefix("connection failed: ")
+
+
+def _transient_cause(error: BaseException) -> str | None:
+    """A one-line cause for an error worth retrying; ``None`` for any other."""
+    import psycopg
+
+    if isinstance(error, DeltaStreamError):
+        return None
+    if isinstance(error, OSError | TimeoutError) and not isinstance(error, psycopg.Error):
+        return f"{type(error).__name__}: {error}"
+    if not isinstance(error, psycopg.Error):
+        return None
+    state = error.sqlstate
+    if state is None:
+        # libpq's own errors: a connection refused, reset or lost (or a refusal it reports
+        # the same way: a password, TLS, a database that does not exist).
+        if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError) and not (
+            _PERMANENT_CONNECT.search(str(error))
+        ):
+            return _one_line(error)
+        return None
+    if state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_CODES:
+        return f"{state} {_one_line(error)}"
+    return None
+
+
+def _permanent(description: str, error: Exception, what: str) -> DeltaStreamError:
+    """A :mod:`deltastream.errors` error for a psycopg error retrying cannot fix."""
+    import psycopg
+
+    if isinstance(error, psycopg.DataError | psycopg.IntegrityError):
+        diag = error.diag
+        problem = f"PostgreSQL refused a row of {what}: {diag.message_primary or error}"
+        if diag.message_detail:
+            problem += f" ({diag.message_detail})"
+        if diag.context:
+            problem += f"; {' '.join(diag.context.split())}"
+        return SinkRejectedError(description, f"{problem}; nothing of it was committed")
+    return SinkRejectedError(description, f"{what}: {_one_line(error)}")
+
+
+# ------------------------------------------------------------------ the sink
+
+
+@dataclass(frozen=True)
+class _Held:
+    """The target's row in the offsets table."""
+
+    stream: str
+    table_id: str | None
+    position: Position | None
+
+
+class PostgresSink(Sink):
+    """Writes change rows to a PostgreSQL table (see the module docstring), exactly once.
+
+    ``max_attempts`` (``None``: forever), ``base_delay`` and ``max_delay``: the retries of
+    a connection lost, refused or reset, a serialization failure or a deadlock.
+    """
+
+    guarantee: Guarantee = "exactly-once"
+
+    def __init__(
+        self,
+        spec: str,
+        *,
+        max_attempts: int | None = None,
+        base_delay: float = 0.5,
+        max_delay: float = 60.0,
+    ) -> None:
+        self.spec = PostgresSpec.parse(spec)
+        require_driver(self.spec.description)
+        _check_retry_options(max_attempts, base_delay, max_delay)
+        self._policy = RetryPolicy(
+            max_attempts=sys.maxsize if max_attempts is None else max_attempts,
+            base_delay=base_delay,
+            max_delay=max_delay,
+        )
+        # libpq's defaults, unless the spec sets them: no connection attempt hangs for ever
+        # (libpq's own default), and the sessions say whose they are in pg_stat_activity.
+        given = {k for k, _ in parse_qsl(urlsplit(self.spec.conninfo).query)}
+        self._connect_options: dict[str, Any] = {
+            k: v
+            for k, v in (("connect_timeout", 10), ("application_name", "deltastream"))
+            if k not in given
+        }
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        #: The columns the target was last checked (and made to fit) for, on this
+        #: connection: the next delivery of the same columns skips the catalog queries.
+        self._ready: tuple[tuple[str, str], ...] | None = None
+        #: The columns of this connection's loading table (merge mode).
+        self._load_columns: tuple[str, ...] | None = None
+        self._stream: str | None = None
+        #: The target, schema-qualified (the schema resolved on connecting).
+        self._schema: str | None = self.spec.schema
+        self._offsets_schema: str | None = self.spec.offsets_schema
+        #: Retries made, for tests.
+        self.retries = 0
+
+    # -------------------------------------------------------------- naming
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    def __repr__(self) -> str:
+        return f"PostgresSink({self.description!r})"
+
+    @property
+    def target(self) -> str:
+        """The target table as ``schema.name`` (the schema once resolved)."""
+        return f"{self._schema}.{self.spec.table}" if self._schema else self.spec.table
+
+    @property
+    def offsets_name(self) -> str:
+        s = self._offsets_schema
+        return f"{s}.{self.spec.offsets_table}" if s else self.spec.offsets_table
+
+    def output_claim(self, stream: str) -> str | None:
+        parts = urlsplit(self.spec.conninfo)
+        where = f"{parts.netloc.rpartition('@')[2]}{parts.path}?{parts.query}"
+        return f"postgresql:{where}#{self.spec.schema or ''}.{self.spec.table}"
+
+    def _target_sql(self) -> sql.Identifier:
+        from psycopg import sql
+
+        assert self._schema is not None
+        return sql.Identifier(self._schema, self.spec.table)
+
+    def _offsets_sql(self) -> sql.Identifier:
+        from psycopg import sql
+
+        assert self._offsets_schema is not None
+        return sql.Identifier(self._offsets_schema, self.spec.offsets_table)
+
+    # -------------------------------------------------------------- connections
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            options = dict(self._connect_options)
+            if self.spec.password is not None:
+                options["password"] = self.spec.password
+            self._conn = await psycopg.AsyncConnection.connect(self.spec.conninfo, **options)
+            if self._schema is None or self._offsets_schema is None:
+                cur = await self._conn.execute("SELECT current_schema()")
+                row = await cur.fetchone()
+                await self._conn.rollback()
+                if row is None or row[0] is None:
+                    raise SinkSchemaError(
+                        self.description,
+                        "no schema to create tables in (the search_path names none that "
+                        "exists): name one, ?table=schema.name",
+                    )
+                self._schema = self._schema or row[0]
+                self._offsets_schema = self._offsets_schema or row[0]
+        return self._conn
+
+    async def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        # What was made or checked on it goes with it.
+        self._ready, self._load_columns = None, None
+        if conn is not None:
+            with anyio.CancelScope(shield=True):
+                await conn.close()
+
+    async def _run(
+        self,
+        operation: str,
+        what: str,
+        work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+    ) -> T:
+        """``work(connection)``, retried on transient failures (on a new connection); any
+        other failure raised as a :mod:`deltastream.errors` error naming the target."""
+        import psycopg
+
+        async def attempt() -> T:
+            conn = await self._connection()
+            try:
+                return await work(conn)
+            except BaseException:
+                # Whatever state the connection is in (a transaction failed, a COPY half
+                # sent, cancelled), the next attempt starts on a new one.
+                await self._discard()
+                raise
+
+        def counted() -> None:
+            self.retries += 1
+
+        try:
+            return await call_with_retries(
+                attempt,
+                operation=operation,
+                target=self.description,
+                policy=self._policy,
+                transient=_transient_cause,
+                listener=self.retry_listener,
+                on_retry=counted,
+                logger=log,
+            )
+        except StorageError as e:  # the retries ran out
+            raise SinkError(self.description, e.problem) from e
+        except psycopg.Error as e:
+            raise _permanent(self.description, e, what) from e
+
+    # -------------------------------------------------------------- recover
+
+    async def recover(
+        self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
+    ) -> HeldPosition | None:
+        """Claim the target for ``stream`` (creating the offsets table if missing) and
+        return the position its offsets row holds."""
+        self._stream = stream.name
+
+        async def work(conn: psycopg.AsyncConnection[Any]) -> HeldPosition | None:
+            async with conn.transaction():
+                await self._create_offsets_table(conn)
+                held = await self._held(conn, lock=True)
+                if held is not None and held.stream != stream.name:
+                    raise self._in_use(held.stream)
+                if held is None:
+                    rows = await self._target_has_rows(conn)
+                    if rows:
+                        raise SinkRecoveryError(
+                            self.description,
+                            f"the target table {self.target} holds rows that no stream's row "
+                            f"in {self.offsets_name} accounts for; deltastream writes only to "
+                            "a new or empty table it owns: name another table, or empty this "
+                            "one",
+                        )
+                    await conn.execute(
+                        self._sql("INSERT INTO {} (stream, target) VALUES (%s, %s)"),
+                        [stream.name, self.target],
+                    )
+                delivered = bool(state.get("target"))
+                if delivered and (held is None or held.position is None):
+                    raise SinkRecoveryError(
+                        self.description,
+                        f"the target table {self.target} holds none of stream "
+                        f"{stream.name!r}'s rows, but the stream's state says it delivered "
+                        f"them up to {committed}: the database was restored from before the "
+                        "stream's first delivery, or the stream's row in "
+                        f"{self.offsets_name} was removed; {_reset_hint(stream, self.description)}",
+                    )
+            if held is None or held.position is None or held.table_id is None:
+                return None
+            return HeldPosition(held.position, held.table_id)
+
+        return await self._run("connect", "recovery", work)
+
+    def _in_use(self, owner: str) -> SinkInUseError:
+        return SinkInUseError(
+            self.description,
+            f"the target table {self.target} belongs to stream {owner!r} (its row in "
+            f"{self.offsets_name}), not to {self._stream!r}; each stream needs its own target "
+            "table",
+        )
+
+    def _sql(self, template: str, *args: Any) -> sql.Composed:
+        """``template`` with the offsets table for its first ``{}`` and ``args`` after."""
+        from psycopg import sql
+
+        return sql.SQL(template).format(self._offsets_sql(), *args)
+
+    async def _create_offsets_table(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # Two streams starting at once must not both create it (CREATE TABLE IF NOT EXISTS
+        # is not safe against that): a lock for the offsets table's name serialises them.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [self.offsets_name])
+        await conn.execute(
+            self._sql(
+                """CREATE TABLE IF NOT EXISTS {} (
+                    stream text NOT NULL,
+                    target text PRIMARY KEY,
+                    table_id text,
+                    version bigint,
+                    snapshot boolean,
+                    "offset" bigint,
+                    updated_at timestamptz NOT NULL DEFAULT now()
+                )"""
+            )
+        )
+
+    async def _held(self, conn: psycopg.AsyncConnection[Any], *, lock: bool) -> _Held | None:
+        query = 'SELECT stream, table_id, version, snapshot, "offset" FROM {} WHERE target = %s'
+        cur = await conn.execute(self._sql(query + (" FOR UPDATE" if lock else "")), [self.target])
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        stream, table_id, version, snapshot, offset = row
+        position = None if version is None else Position(version, bool(snapshot), offset or 0)
+        return _Held(stream, table_id, position)
+
+    async def _target_has_rows(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        from psycopg import sql
+
+        if not await self._columns(conn):
+            return False
+        cur = await conn.execute(
+            sql.SQL("SELECT EXISTS (SELECT FROM {})").format(self._target_sql())
+        )
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def _columns(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, str]:
+        """The target's columns and their types (empty: no such table)."""
+        cur = await conn.execute(
+            """SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+               FROM pg_attribute a
+               WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+               ORDER BY a.attnum""",
+            [self._target_sql().as_string(conn)],
+        )
+        return {name: kind for name, kind in await cur.fetchall()}
+
+    # -------------------------------------------------------------- deliver
+
+    async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
+        if self._stream is None:
+            raise SinkError(self.description, "deliver() before recover()")
+        columns = self._wanted_columns(delivery.schema)
+        if self.spec.mode == "merge":
+            self._check_keys(delivery)
+        data = self._rows(delivery)
+        what = f"{delivery.num_rows:,} rows ({delivery.start} to {delivery.end})"
+
+        async def work(conn: psycopg.AsyncConnection[Any]) -> None:
+            async with conn.transaction():
+                held = await self._held(conn, lock=True)
+                if (
+                    held is not None
+                    and held.position == delivery.end
+                    and held.stream == self._stream
+                    and held.table_id == delivery.table_id
+                ):
+                    # A retry of a delivery whose COMMIT went through while the connection
+                    # was lost: it is delivered.
+                    return
+                self._check_position(held, delivery)
+                if self._ready != tuple(columns):
+                    await self._prepare_target(conn, columns, delivery.schema)
+                if data is not None:
+                    await self._load(conn, columns, data)
+                await conn.execute(
+                    self._sql(
+                        'UPDATE {} SET table_id = %s, version = %s, snapshot = %s, "offset" = %s, '
+                        "updated_at = now() WHERE target = %s"
+                    ),
+                    [
+                        delivery.table_id,
+                        delivery.end.version,
+                        delivery.end.snapshot,
+                        delivery.end.offset,
+                        self.target,
+                    ],
+                )
+                crash_point("sink.after-write")
+            crash_point("sink.after-fsync")
+            self._ready = tuple(columns)
+
+        await self._run("COPY", what, work)
+        return {"target": self.target}
+
+    def _check_position(self, held: _Held | None, delivery: Delivery) -> None:
+        if held is None:
+            raise SinkRecoveryError(
+                self.description,
+                f"the stream's row in {self.offsets_name} for {self.target} was removed while "
+                "the stream was running (a reset from elsewhere?); stopping",
+            )
+        if held.stream != self._stream:
+            raise self._in_use(held.stream)
+        if held.position is not None and held.position != delivery.start:
+            raise SinkRecoveryError(
+                self.description,
+                f"the target table {self.target} holds stream {self._stream!r}'s rows up to "
+                f"{held.position}, but this delivery starts at {delivery.start}: another "
+                "process wrote the stream's rows; stopping rather than write rows twice",
+            )
+
+    def _wanted_columns(self, schema: pa.Schema) -> list[tuple[str, str]]:
+        """The target's columns for rows of ``schema``, with their mapped types."""
+        fields = [f for f in schema if self.spec.mode == "append" or f.name not in CHANGE_COLUMNS]
+        try:
+            return [(f.name, pg_type(f.type)) for f in fields]
+        except InvalidArgumentError as e:
+            raise SinkSchemaError(self.description, str(e)) from None
+
+    def _check_keys(self, delivery: Delivery) -> None:
+        names = delivery.schema.names
+        missing = [k for k in self.spec.keys if k not in names]
+        if missing:
+            raise SinkSchemaError(
+                self.description,
+                f"the key column(s) {missing} are not columns of the source "
+                f"({', '.join(n for n in names if n not in CHANGE_COLUMNS)})",
+            )
+        for batch in delivery.batches:
+            for key in self.spec.keys:
+                column = batch.column(names.index(key))
+                if column.null_count:
+                    row = pc.index(pc.is_null(column), True).as_py()
+                    version = batch.column(names.index("_commit_version"))[row].as_py()
+                    raise SinkRejectedError(
+                        self.description,
+                        f"a change row of version {version} has a null key {key!r} "
+                        f"({column.null_count} in its batch); merge mode needs every key; "
+                        "nothing of the delivery was committed",
+                    )
+
+    def _rows(self, delivery: Delivery) -> pa.Table | None:
+        """The delivery's rows in the column order of :meth:`_load` (``None``: none)."""
+        if not delivery.num_rows:
+            return None
+        table = pa.Table.from_batches(
+            [b for b in delivery.batches if b.num_rows], schema=delivery.schema
+        )
+        if self.spec.mode == "merge":
+            table = table.drop_columns(["_commit_timestamp"]).append_column(
+                _SEQ, pa.array(np.arange(table.num_rows, dtype=np.int64))
+            )
+        return table
+
+    async def _prepare_target(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        wanted: Sequence[tuple[str, str]],
+        schema: pa.Schema,
+    ) -> None:
+        """Create the target, add the columns new in the source, or refuse a target that
+        does not fit."""
+        from psycopg import sql
+
+        existing = await self._columns(conn)
+        keys = self.spec.keys
+        if not existing:
+            parts = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in wanted]
+            if keys:
+                key_list = sql.SQL(", ").join(map(sql.Identifier, keys))
+                parts.append(sql.SQL("PRIMARY KEY ({})").format(key_list))
+            columns = sql.SQL(", ").join(parts)
+            await conn.execute(sql.SQL("CREATE TABLE {} ({})").format(self._target_sql(), columns))
+            log.info("%s: created the target table %s", self.description, self.target)
+            return
+        names = {n for n, _ in wanted}
+        problems = [f"column {n!r} is gone from the source" for n in existing if n not in names]
+        problems += [
+            f"column {n!r} is {existing[n]} in the target but {t} in the source"
+            for n, t in wanted
+            if n in existing and not fits(existing[n], t)
+        ]
+        if problems:
+            source = ", ".join(f"{n} {t}" for n, t in wanted)
+            target = ", ".join(f"{n} {t}" for n, t in existing.items())
+            raise SinkSchemaError(
+                self.description,
+                f"the target table {self.target} does not fit the source's rows: "
+                f"{'; '.join(problems)} (source: {source}; target: {target}); only new "
+                "columns reach the target (ALTER TABLE ADD COLUMN)",
+            )
+        if keys and not await self._has_unique_index(conn, keys):
+            raise SinkSchemaError(
+                self.description,
+                f"the target table {self.target} has no primary key or unique index on exactly "
+                f"the key column(s) {', '.join(keys)}, which merge mode needs",
+            )
+        for name, kind in wanted:
+            if name not in existing:
+                await conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                        self._target_sql(), sql.Identifier(name), sql.SQL(kind)
+                    )
+                )
+                log.info(
+                    "%s: added column %s %s to %s (new in the source)",
+                    self.description,
+                    name,
+                    kind,
+                    self.target,
+                )
+
+    async def _has_unique_index(
+        self, conn: psycopg.AsyncConnection[Any], keys: Sequence[str]
+    ) -> bool:
+        cur = await conn.execute(
+            """SELECT array_agg(a.attname::text ORDER BY a.attname)
+               FROM pg_index i
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+               WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND i.indpred IS NULL
+                 AND i.indexprs IS NULL
+               GROUP BY i.indexrelid""",
+            [self._target_sql().as_string(conn)],
+        )
+        return any(sorted(row[0]) == sorted(keys) for row in await cur.fetchall())
+
+    async def _load(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        wanted: Sequence[tuple[str, str]],
+        data: pa.Table,
+    ) -> None:
+        from psycopg import sql
+
+        names = [n for n, _ in wanted]
+        if self.spec.mode == "append":
+            # Straight into the target: the transaction makes it all or nothing, and
+            # PostgreSQL parses each value into the target column's own type.
+            await self._copy(conn, self._target_sql(), names, data)
+            return
+        load = sql.Identifier(_LOAD)
+        cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        if self._load_columns != tuple(names):
+            # The session's loading table, made once per connection (and again when the
+            # target gains a column), with the target's column types; its rows go at commit.
+            await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(load))
+            await conn.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {load} ON COMMIT DELETE ROWS AS SELECT {cols}, "
+                    "NULL::text AS _change_type, NULL::bigint AS _commit_version, "
+                    "NULL::bigint AS {seq} FROM {target} WITH NO DATA"
+                ).format(load=load, cols=cols, seq=sql.Identifier(_SEQ), target=self._target_sql())
+            )
+            self._load_columns = tuple(names)
+        await self._copy(conn, load, [*names, "_change_type", "_commit_version", _SEQ], data)
+        keys = sql.SQL(", ").join(map(sql.Identifier, self.spec.keys))
+        match = sql.SQL(" AND ").join(
+            sql.SQL("t.{k} = l.{k}").format(k=sql.Identifier(k)) for k in self.spec.keys
+        )
+        others = [n for n in names if n not in self.spec.keys]
+        update: sql.Composable
+        if others:
+            update = sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in others
+                )
+            )
+        else:
+            update = sql.SQL("DO NOTHING")
+        # One statement: each key's last change (by version; within one, a delete before the
+        # other changes, the row's old file removed and its new one added; then in row
+        # order), the keys whose last change is a delete deleted, the others upserted. The
+        # two sets of keys are disjoint, so the DELETE and the INSERT cannot meet.
+        await conn.execute(
+            sql.SQL(
+                "WITH last AS ("
+                " SELECT DISTINCT ON ({keys}) * FROM {load}"
+                " WHERE _change_type <> 'update_preimage'"
+                " ORDER BY {keys}, _commit_version DESC, (_change_type <> 'delete') DESC,"
+                " {seq} DESC"
+                "), gone AS ("
+                " DELETE FROM {target} AS t USING last AS l"
+                " WHERE l._change_type = 'delete' AND {match}"
+                ") "
+                "INSERT INTO {target} ({cols}) SELECT {cols} FROM last"
+                " WHERE _change_type <> 'delete' ON CONFLICT ({keys}) {update}"
+            ).format(
+                keys=keys,
+                load=load,
+                seq=sql.Identifier(_SEQ),
+                target=self._target_sql(),
+                match=match,
+                cols=cols,
+                update=update,
+            )
+        )
+
+    @staticmethod
+    async def _copy(
+        conn: psycopg.AsyncConnection[Any],
+        table: sql.Composable,
+        names: Sequence[str],
+        rows: pa.Table,
+    ) -> None:
+        """``COPY`` the rows into ``table`` as CSV. They are encoded a slice at a time in a
+        worker thread while the slice before is sent, so that the encoding overlaps the
+        server's parsing (on another core) rather than adding to it."""
+        from psycopg import sql
+
+        query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+            table, sql.SQL(", ").join(map(sql.Identifier, names))
+        )
+        slices = [rows.slice(i, _COPY_SLICE) for i in range(0, rows.num_rows, _COPY_SLICE)]
+        send, receive = anyio.create_memory_object_stream[bytes](1)
+        encoding: Exception | None = None
+        sending: Exception | None = None
+
+        async def encode() -> None:
+            nonlocal encoding
+            async with send:
+                try:
+                    for part in slices:
+                        await send.send(await anyio.to_thread.run_sync(_csv, part))
+                except anyio.BrokenResourceError:
+                    pass  # the sending side failed: its error is raised
+                except Exception as e:
+                    encoding = e
+
+        # The failures are raised after the task group, as themselves (not in a group).
+        async with conn.cursor() as cur, cur.copy(query) as copy:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(encode)
+                try:
+                    async with receive:
+                        async for data in receive:
+                            await copy.write(data)
+                except Exception as e:
+                    sending = e
+                    tg.cancel_scope.cancel()
+            if sending is not None:
+                raise sending
+            if encoding is not None:
+                raise encoding
+
+    # -------------------------------------------------------------- reset, close
+
+    async def reset(self, stream: StreamRef) -> list[str]:
+        """Empty the target table and remove the stream's offsets row, in one transaction
+        (only the stream's own: a target of another stream is refused)."""
+        self._stream = stream.name
+
+        async def work(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+            from psycopg import sql
+
+            async with conn.transaction():
+                offsets = self._offsets_sql().as_string(conn)
+                cur = await conn.execute("SELECT to_regclass(%s)", [offsets])
+                row = await cur.fetchone()
+                if row is None or row[0] is None:
+                    return []
+                held = await self._held(conn, lock=True)
+                if held is None:
+                    return []
+                if held.stream != stream.name:
+                    raise self._in_use(held.stream)
+                removed = [f"the stream's row in {self.offsets_name}"]
+                if await self._columns(conn):
+                    await conn.execute(sql.SQL("TRUNCATE {}").format(self._target_sql()))
+                    removed.insert(0, f"the rows of {self.target}")
+                await conn.execute(self._sql("DELETE FROM {} WHERE target = %s"), [self.target])
+            crash_point("reset.output-file")
+            return removed
+
+        return await self._run("reset", "the reset", work)
+
+    async def aclose(self) -> None:
+        await self._discard()
