@@ -153,8 +153,9 @@ class SinkKind:
     exactly_once: bool
     #: Crash points this sink passes.
     points: frozenset[str]
-    #: Whether its output is files a reset removes one by one.
-    file_output: bool = False
+    #: Whether a reset removes its output (files one by one, a table's rows in one
+    #: transaction), passing ``reset.output-file``.
+    reset_removes_output: bool = False
 
 
 #: The points a reset passes (the other points are the delivery protocol's).
@@ -162,8 +163,8 @@ RESET_POINTS = frozenset(p for p in POINTS if p.startswith("reset."))
 DELIVERY_POINTS = POINTS - RESET_POINTS
 AT_LEAST_ONCE_POINTS = DELIVERY_POINTS - {"sink.after-fsync"}
 SINKS = {
-    "jsonl": SinkKind("jsonl", True, DELIVERY_POINTS, file_output=True),
-    "parquet": SinkKind("parquet", True, DELIVERY_POINTS, file_output=True),
+    "jsonl": SinkKind("jsonl", True, DELIVERY_POINTS, reset_removes_output=True),
+    "parquet": SinkKind("parquet", True, DELIVERY_POINTS, reset_removes_output=True),
     # The target's commit is the write: there is no fsync of the sink's own.
     "delta": SinkKind("delta", True, AT_LEAST_ONCE_POINTS),
     "delta-merge": SinkKind("delta-merge", True, AT_LEAST_ONCE_POINTS),
@@ -172,8 +173,10 @@ SINKS = {
     "callback": SinkKind("callback", False, AT_LEAST_ONCE_POINTS),
     # The rows and the position in one transaction: sink.after-write is inside it,
     # sink.after-fsync after its COMMIT.
-    "postgresql": SinkKind("postgresql", True, DELIVERY_POINTS),
-    "postgresql-merge": SinkKind("postgresql-merge", True, DELIVERY_POINTS),
+    "postgresql": SinkKind("postgresql", True, DELIVERY_POINTS, reset_removes_output=True),
+    "postgresql-merge": SinkKind(
+        "postgresql-merge", True, DELIVERY_POINTS, reset_removes_output=True
+    ),
 }
 
 #: The pass at which a run crashes: late enough that each run makes progress first.
@@ -349,7 +352,9 @@ def test_every_point_is_covered() -> None:
         assert {p for s, p in covered if s == kind.name} == kind.points
     reset_covered = {(s, p) for s, p, _ in (c.values for c in reset_cases())}
     for kind in SINKS.values():
-        expected = RESET_POINTS if kind.file_output else RESET_POINTS - {"reset.output-file"}
+        expected = (
+            RESET_POINTS if kind.reset_removes_output else RESET_POINTS - {"reset.output-file"}
+        )
         assert {p for s, p in reset_covered if s == kind.name} == expected
 
 

@@ -476,7 +476,7 @@ def test_without_deltalake_the_sink_names_the_extra(monkeypatch: pytest.MonkeyPa
     with pytest.raises(InvalidArgumentError) as caught:
         parse_sink("delta:/lake/t")
     assert str(caught.value) == (
-        "delta:/lake/t: the delta sink needs the delta extra: pip install "
+        "delta:/lake/t: this sink needs the delta extra: pip install "
         "'deltastream[delta]' (missing: deltalake)"
     )
 
