@@ -40,6 +40,7 @@ to the ``retry_listener``.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,17 +57,19 @@ from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, HeldPosition, Position, Sink, StreamRef
 from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, _reset_hint, log
 from deltastream.errors import (
+    DeltaStreamError,
     InvalidArgumentError,
     SinkError,
     SinkRecoveryError,
     SinkRejectedError,
     SinkSchemaError,
+    StorageError,
     TableNotFoundError,
 )
 from deltastream.snapshot.loader import load_table_state
 from deltastream.storage import open_store, require_extra
 from deltastream.storage.paths import store_kind
-from deltastream.storage.retry import RetryEvent, backoff_delay
+from deltastream.storage.retry import RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
     import deltalake
@@ -467,47 +470,48 @@ class DeltaSink(Sink):
         if self.target.mode == "merge":
             data = await anyio.to_thread.run_sync(last_changes, data, self.target.keys, self._spec)
         what = f"{delivery.num_rows} rows of {delivery.table} ({delivery.start} to {delivery.end})"
-        attempt = 0
-        while True:
-            attempt += 1
+
+        async def attempt() -> None:
             try:
                 await anyio.to_thread.run_sync(self._commit, data, app, version)
-                break
-            except SinkError:
-                raise
             except Exception as e:
-                cause = _transient_cause(e)
-                if cause is None:
-                    raise SinkError(self._spec, f"commit of {what} failed: {e}") from e
-            self._table = None  # another writer moved the table: load it again
-            # The failed call may have committed after all (a lost response): the txn says.
-            held = (await self._target_txns() or {}).get(app)
-            if held is not None and held >= version:
+                if _transient_cause(e) is None:
+                    raise
+                self._table = None  # another writer moved the table: load it again
+                # The failed call may have committed after all (a lost response): the txn
+                # says, before anything is retried.
+                held = (await self._target_txns() or {}).get(app)
+                if held is None or held < version:
+                    raise
                 log.warning(
                     "%s: the commit of %s failed (%s), but the target holds it: not repeated",
                     self._spec,
                     what,
-                    cause,
+                    _transient_cause(e),
                 )
-                break
-            if self.max_attempts is not None and attempt >= self.max_attempts:
-                raise SinkError(
-                    self._spec, f"commit of {what} failed after {attempt} attempt(s): {cause}"
-                )
-            delay = backoff_delay(attempt, self.base_delay, self.max_delay)
+
+        def counted() -> None:
             self.retries += 1
-            if self.retry_listener is not None:
-                self.retry_listener(RetryEvent("commit", self.uri, attempt, cause, delay))
-            else:
-                log.warning(
-                    "%s: commit of %s failed (attempt %d): %s; retrying in %.1fs",
-                    self._spec,
-                    what,
-                    attempt,
-                    cause,
-                    delay,
-                )
-            await anyio.sleep(delay)
+
+        try:
+            await call_with_retries(
+                attempt,
+                operation="commit",
+                target=self.uri,
+                policy=RetryPolicy(
+                    self.max_attempts or sys.maxsize, self.base_delay, self.max_delay
+                ),
+                transient=_transient_cause,
+                listener=self.retry_listener,
+                on_retry=counted,
+                logger=log,
+            )
+        except SinkError:
+            raise
+        except StorageError as e:  # the retries ran out
+            raise SinkError(self._spec, f"commit of {what} failed: {e.problem}") from e
+        except Exception as e:
+            raise SinkError(self._spec, f"commit of {what} failed: {e}") from e
         crash_point("sink.after-write")
         self._held = version
         return {"txn": version}
@@ -645,10 +649,13 @@ class DeltaSink(Sink):
         )
 
 
-def _transient_cause(error: Exception) -> str | None:
+def _transient_cause(error: BaseException) -> str | None:
     """One line saying why a commit failed if retrying may help (a concurrent writer won,
-    the store failed), else ``None``."""
+    the store failed), else ``None`` (deltastream's own errors included: a
+    :class:`~deltastream.errors.SinkRejectedError` is final)."""
     dl = _deltalake()
+    if isinstance(error, DeltaStreamError):
+        return None
     if isinstance(error, dl.exceptions.CommitFailedError | OSError):
         first = str(error).strip().splitlines()
         return f"{type(error).__name__}: {first[0] if first else ''}".rstrip(": ")

@@ -75,6 +75,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from deltastream.changes.planner import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import (
     Delivery,
@@ -110,8 +111,6 @@ T = TypeVar("T")
 
 #: The spec's schemes (libpq's two).
 SCHEMES = ("postgresql", "postgres")
-#: The change columns every change row ends with.
-CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 #: The query parameters the sink takes for itself; the others go to libpq.
 _OWN = ("table", "mode", "key", "offsets_table")
 DEFAULT_OFFSETS_TABLE = "deltastream_offsets"
@@ -641,7 +640,7 @@ class PostgresSink(Sink):
 
     def _wanted_columns(self, schema: pa.Schema) -> list[tuple[str, str]]:
         """The target's columns for rows of ``schema``, with their mapped types."""
-        fields = [f for f in schema if self.spec.mode == "append" or f.name not in CHANGE_COLUMNS]
+        fields = [f for f in schema if self.spec.mode == "append" or f.name not in CDF_COLUMNS]
         try:
             return [(f.name, pg_type(f.type)) for f in fields]
         except InvalidArgumentError as e:
@@ -654,7 +653,7 @@ class PostgresSink(Sink):
             raise SinkSchemaError(
                 self.description,
                 f"the key column(s) {missing} are not columns of the source "
-                f"({', '.join(n for n in names if n not in CHANGE_COLUMNS)})",
+                f"({', '.join(n for n in names if n not in CDF_COLUMNS)})",
             )
         for batch in delivery.batches:
             for key in self.spec.keys:
