@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -47,6 +46,7 @@ from deltastream.log.checkpoint_writer import write_checkpoint
 from deltastream.snapshot.incremental import IncrementalState
 from deltastream.snapshot.reconcile import LogState
 from deltastream.storage.base import ObjectStore
+from deltastream.storage.local import temp_target
 
 __all__ = ["POSITION_KEY", "RESET_KEY", "StateConflictError", "StateStore", "StreamState"]
 
@@ -56,9 +56,6 @@ POSITION_KEY = "position.json"
 RESET_KEY = "reset.json"
 SNAPSHOT_DIR = "snapshots/"
 _FORMAT = 1
-#: The temporary files a local store's atomic write leaves beside its target if killed
-#: (:meth:`LocalStore.put <deltastream.storage.local.LocalStore.put>`: ``.{name}.XXXXXXXX.tmp``).
-_TEMP_FILE = re.compile(rf"\.(?:{re.escape(POSITION_KEY)}|{re.escape(RESET_KEY)})\..+\.tmp")
 
 
 @dataclass(frozen=True)
@@ -291,7 +288,10 @@ class StateStore:
         a killed write left), then the record :meth:`begin_reset` wrote; what was deleted."""
         removed = [meta.key async for meta in self.store.list_from(SNAPSHOT_DIR)]
         removed += [
-            meta.key async for meta in self.store.list_from("") if _TEMP_FILE.fullmatch(meta.key)
+            meta.key
+            async for meta in self.store.list_from("")
+            # what a killed local write of the position or the reset record left
+            if temp_target(meta.key) in (POSITION_KEY, RESET_KEY)
         ]
         for key in removed:
             await self.store.delete(key)

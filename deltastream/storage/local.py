@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import importlib.util
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -45,7 +46,7 @@ from deltastream.storage.base import (
 if TYPE_CHECKING:
     from watchfiles._rust_notify import RustNotify
 
-__all__ = ["LocalStore", "fsync_path"]
+__all__ = ["LocalStore", "fsync_path", "temp_name_parts", "temp_target"]
 
 #: watchfiles' code for a deleted path (watchfiles.Change.deleted), as RustNotify reports it.
 _DELETED = 3
@@ -53,6 +54,23 @@ _DELETED = 3
 
 def _has_inotify_simple() -> bool:
     return importlib.util.find_spec("inotify_simple") is not None
+
+
+#: A file written beside its target and renamed into place is first ``.{name}.XXXXXXXX.tmp``
+#: (:meth:`LocalStore.put`, and the file sinks' parquet files): what a crash leaves behind.
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def temp_name_parts(target: str) -> tuple[str, str]:
+    """The prefix and suffix of the temporary file written for ``target`` (a file name)."""
+    return f".{target}.", ".tmp"
+
+
+def temp_target(name: str) -> str | None:
+    """The file name a temporary file (see :func:`temp_name_parts`) was written for, or
+    ``None`` if ``name`` is not one."""
+    m = _TEMP_NAME.fullmatch(name)
+    return m["name"] if m else None
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:
@@ -360,7 +378,8 @@ class LocalStore(ObjectStore):
             path.parent.mkdir(parents=True, exist_ok=True)
             # Write beside the target and flush to disk before the rename: readers see the
             # old or the new file, and a crash leaves at worst a stray temporary file.
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            prefix, suffix = temp_name_parts(path.name)
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)

@@ -25,7 +25,7 @@ from deltastream.daemon.delivery import Delivery, StreamRef
 from deltastream.daemon.stream_config import STREAM_NAME
 from deltastream.errors import InvalidArgumentError, StorageError
 from deltastream.output import create_temp_file
-from deltastream.storage.local import fsync_path
+from deltastream.storage.local import fsync_path, temp_name_parts
 
 #: One logger for the whole package, named as when the sinks were one module, so that log
 #: output and log configuration do not depend on which module a sink lives in.
@@ -97,7 +97,7 @@ def _write_parquet_file(
     if metadata:
         schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
     # Readable as the umask allows, like the jsonl sink's files (mkstemp would make it 0600).
-    tmp = create_temp_file(directory, f".{target.name}.", ".tmp")
+    tmp = create_temp_file(directory, *temp_name_parts(target.name))
     try:
         with pq.ParquetWriter(tmp, schema) as writer:
             for batch in delivery.batches:
@@ -130,14 +130,6 @@ def _check_table_name(table: str) -> str:
 
 #: A position's token (:attr:`Position.token`), as file names hold it.
 _TOKEN = r"\d{20}[sc]\d{12}"
-#: The temporary file :func:`_write_parquet_atomically` writes before renaming.
-_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]+\.tmp")
-
-
-def _temp_target(name: str) -> str | None:
-    """The final name a temporary file was written for, or ``None`` if it is not one."""
-    m = _TEMP_NAME.fullmatch(name)
-    return m["name"] if m else None
 
 
 def _reset_hint(stream: StreamRef, spec: str) -> str:

@@ -27,13 +27,13 @@ from deltastream.daemon.sinks.common import (
     SPEC_FORMS,
     _check_retry_options,
     _check_table_name,
-    _temp_target,
     _unlink_quietly,
     _write_parquet_atomically,
     log,
 )
 from deltastream.daemon.stream_config import EXEC_TIMEOUT
 from deltastream.errors import InvalidArgumentError, SinkError
+from deltastream.storage.local import temp_target
 from deltastream.storage.retry import RetryEvent, backoff_delay
 
 
@@ -120,7 +120,7 @@ class ExecSink(Sink):
         pattern = re.compile(rf"{re.escape(table)}-{_TOKEN}-{_TOKEN}\.parquet")
         with os.scandir(self.work_dir) as entries:
             for entry in entries:
-                target = _temp_target(entry.name)
+                target = temp_target(entry.name)
                 if pattern.fullmatch(target if target is not None else entry.name):
                     _unlink_quietly(entry.path)
 

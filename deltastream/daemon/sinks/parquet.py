@@ -37,13 +37,12 @@ from deltastream.daemon.sinks.common import (
     SPEC_FORMS,
     _check_table_name,
     _reset_hint,
-    _temp_target,
     _unlink_quietly,
     _write_parquet_atomically,
     log,
 )
 from deltastream.errors import InvalidArgumentError, SinkRecoveryError
-from deltastream.storage.local import fsync_path
+from deltastream.storage.local import fsync_path, temp_target
 
 #: ``{table}-{from_version:020d}-{to_version:020d}-{start token}.parquet``. The table name may
 #: contain ``-``, but everything after it has a fixed width, so the split is unambiguous.
@@ -215,7 +214,7 @@ class ParquetSink(Sink):
             return files, temps
         with os.scandir(self.directory) as entries:
             for entry in entries:
-                target = _temp_target(entry.name)
+                target = temp_target(entry.name)
                 parsed = parse_parquet_file_name(target if target is not None else entry.name)
                 if parsed is None or parsed.table != table:
                     continue
