@@ -5,6 +5,7 @@ running a tailer until it has delivered a version, and the expected change rows 
 from __future__ import annotations
 
 import itertools
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -35,6 +36,8 @@ __all__ = [
     "expected_changes",
     "fast",
     "run_tailer_until",
+    "small_deliveries",
+    "wait_for_output",
 ]
 
 CDF = {"delta.enableChangeDataFeed": "true"}
@@ -242,3 +245,32 @@ def follow_stream(tmp_path: Path, name: str, uri: str, sink: str = "test") -> St
         poll_interval=0.05,
     )
     return StreamConfig(tail, sink)
+
+
+def small_deliveries(uri: str, state: Path, **changes: Any) -> TailConfig:
+    """A stream ``s`` following ``uri`` from version 0 into a sink, 3 rows per delivery (so
+    versions split), polling every 50 ms without notifications; ``changes`` on top."""
+    values: dict[str, Any] = {
+        "name": "s",
+        "uri": uri,
+        "state": str(state),
+        "mode": Mode.FOLLOW,
+        "start": StartFrom(version=0),
+        "poll_interval": 0.05,
+        "notifications": False,
+        "max_rows_per_delivery": 3,
+        **changes,
+    }
+    return TailConfig(**values)
+
+
+def wait_for_output(
+    proc: subprocess.Popen[Any], path: Path, done: Callable[[str], bool], within: float = 60
+) -> None:
+    """Wait until ``done(text)`` holds for the text a running process ``proc`` wrote to
+    ``path``; fail (showing it) if the process ends or ``within`` seconds pass first."""
+    deadline = time.monotonic() + within
+    while not done(path.read_text()):
+        assert proc.poll() is None, path.read_text()
+        assert time.monotonic() < deadline, path.read_text()
+        time.sleep(0.05)

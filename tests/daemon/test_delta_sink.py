@@ -23,7 +23,15 @@ import anyio
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from tailing import Writer, batch, change_key, create_table, eventually, expected_changes
+from tailing import (
+    Writer,
+    batch,
+    change_key,
+    create_table,
+    eventually,
+    expected_changes,
+    small_deliveries,
+)
 
 from deltastream.daemon.config import parse_config
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
@@ -49,19 +57,7 @@ from deltastream.storage.azure.options import EMULATOR_KEY
 STREAM = "s"
 
 
-def config(uri: str, state: Path, **changes: Any) -> TailConfig:
-    values: dict[str, Any] = {
-        "name": STREAM,
-        "uri": uri,
-        "state": str(state),
-        "mode": Mode.FOLLOW,
-        "start": StartFrom(version=0),
-        "poll_interval": 0.05,
-        "notifications": False,
-        "max_rows_per_delivery": 3,
-        **changes,
-    }
-    return TailConfig(**values)
+config = small_deliveries
 
 
 async def run_until(cfg: TailConfig, sink: Any, version: int) -> Tailer:

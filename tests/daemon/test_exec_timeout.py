@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import aiohttp
@@ -26,7 +25,7 @@ import anyio
 import pyarrow as pa
 import pytest
 from conftest import free_port
-from tailing import create_table
+from tailing import create_table, wait_for_output
 
 import deltastream
 from deltastream.cli import _build_parser, _tail_config, run
@@ -266,11 +265,7 @@ def test_tail_exec_timeout_on_the_command_line(tmp_path: Path) -> None:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
     try:
         line = f"orders: exec {command} failed (timed out after 1s; its process group was killed)"
-        deadline = time.monotonic() + 60
-        while line not in stderr_path.read_text():
-            assert proc.poll() is None, stderr_path.read_text()
-            assert time.monotonic() < deadline, stderr_path.read_text()
-            time.sleep(0.05)
+        wait_for_output(proc, stderr_path, lambda text: line in text)
         assert (anyio.run(metric, port, "deltastream_sink_retries_total") or 0) >= 1
         first = recorded_groups(groups)[0]
         assert group_members(first) == []

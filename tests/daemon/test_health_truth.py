@@ -21,7 +21,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ import pyarrow as pa
 import pytest
 from conftest import free_port
 from deltalake import write_deltalake
-from tailing import batch, create_table, eventually
+from tailing import batch, create_table, eventually, wait_for_output
 
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
 from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
@@ -289,11 +288,7 @@ def test_a_write_past_the_file_size_limit_is_one_line_naming_the_file(
         re.M,
     )
     try:
-        deadline = time.monotonic() + 60
-        while len(line.findall(stderr_path.read_text())) < 2:
-            assert proc.poll() is None, stderr_path.read_text()
-            assert time.monotonic() < deadline, stderr_path.read_text()
-            time.sleep(0.05)
+        wait_for_output(proc, stderr_path, lambda text: len(line.findall(text)) >= 2)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
     finally:

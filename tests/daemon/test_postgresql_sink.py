@@ -33,7 +33,7 @@ import pytest
 from conftest import free_port
 from deltalake import DeltaTable, write_deltalake
 from postgres_server import SECRET_PASSWORD, SECRET_ROLE, PostgresServer
-from tailing import Writer, batch, create_table, eventually, expected_changes
+from tailing import Writer, batch, create_table, eventually, expected_changes, small_deliveries
 
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
 from deltastream.daemon.sinks import PostgresSink, parse_sink
@@ -73,19 +73,7 @@ class CrashingSink(PostgresSink):
         return state
 
 
-def config(uri: str, state: Path, **changes: Any) -> TailConfig:
-    values: dict[str, Any] = {
-        "name": "s",
-        "uri": uri,
-        "state": str(state),
-        "mode": Mode.FOLLOW,
-        "start": StartFrom(version=0),
-        "poll_interval": 0.05,
-        "notifications": False,
-        "max_rows_per_delivery": 3,
-        **changes,
-    }
-    return TailConfig(**values)
+config = small_deliveries
 
 
 async def run_until(cfg: TailConfig, sink: PostgresSink, version: int) -> Tailer:
