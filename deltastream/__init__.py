@@ -5,10 +5,9 @@ its change data feed; follow it (:func:`tail`, :class:`Tailer`, :class:`Service`
 and the errors.
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _installed_version
 from typing import TYPE_CHECKING, Any
 
+from deltastream._version import __version__
 from deltastream.changes.api import read_changes, table_changes
 from deltastream.daemon.api import tail
 from deltastream.daemon.config import load_config
@@ -95,12 +94,6 @@ from deltastream.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
     from deltastream.storage.s3 import S3Options
-
-try:
-    # The one source of the version is pyproject.toml's [project] version, as installed.
-    __version__ = _installed_version("deltastream")
-except PackageNotFoundError:  # imported from a checkout that was never installed
-    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

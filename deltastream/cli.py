@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 import pyarrow as pa
 
-from deltastream import __version__
+from deltastream._version import __version__
 from deltastream.changes.api import read_changes
 from deltastream.daemon import sd_notify
 from deltastream.daemon.address import parse_address

@@ -41,7 +41,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from deltastream import __version__
+from deltastream._version import __version__
 from deltastream.daemon.metrics import STREAM_STATES, Histogram, TableMetrics
 
 __all__ = ["CONTENT_TYPE", "StreamCollector", "metrics_registry", "render_prometheus"]

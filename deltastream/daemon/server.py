@@ -15,7 +15,8 @@ other interfaces is an explicit choice (``--http 0.0.0.0:9464``).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.abc
@@ -27,13 +28,27 @@ from deltastream.daemon.metrics_exposition import CONTENT_TYPE, metrics_registry
 from deltastream.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from deltastream.daemon.service import Service
+    from deltastream.daemon.metrics import TableMetrics
 
-__all__ = ["parse_address", "serve_http"]
+__all__ = ["Served", "parse_address", "serve_http"]
+
+
+class Served(Protocol):
+    """What the endpoints read of the service they serve
+    (:class:`~deltastream.daemon.service.Service`, which starts them)."""
+
+    @property
+    def metrics(self) -> Mapping[str, TableMetrics]:
+        """Each stream's metrics, by stream name."""
+        ...
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        """Whether the service is healthy (ready), and the JSON body of ``/healthz``."""
+        ...
 
 
 async def serve_http(
-    service: Service,
+    service: Served,
     address: str,
     *,
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,

@@ -12,8 +12,8 @@ import asyncio
 import json
 import logging
 import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import unquote_plus
 
 import anyio
@@ -24,7 +24,8 @@ from deltastream.storage.s3.client import SQS_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from deltastream.storage.s3.options import S3Options
-    from deltastream.storage.s3.store import S3Store
+
+T = TypeVar("T")
 
 #: The logger of :mod:`deltastream.storage.s3` as a whole (its name predates the package).
 log = logging.getLogger("deltastream.storage.s3")
@@ -69,6 +70,25 @@ def _created_objects(body: str) -> list[tuple[str, str]] | str:
     return created
 
 
+class FeedStore(Protocol):
+    """What a feed uses of its store (:class:`~deltastream.storage.s3.store.S3Store`, which
+    makes the feeds: this module does not import it)."""
+
+    @property
+    def bucket(self) -> str: ...
+
+    @property
+    def options(self) -> S3Options: ...
+
+    def uri_for(self, key: str) -> str: ...
+
+    def full_key(self, key: str) -> str: ...
+
+    async def sqs_request(
+        self, uri: str, what: str, op: Callable[[Any], Awaitable[T]], *, operation: str
+    ) -> T: ...
+
+
 class SqsChangeFeed(SignalledChangeFeed):
     """Wakes when the store's SQS queue reports an object created directly in one directory.
 
@@ -78,11 +98,19 @@ class SqsChangeFeed(SignalledChangeFeed):
     hold a thousand long polls.
     """
 
-    def __init__(self, store: S3Store, directory: str, queue_url: str) -> None:
+    def __init__(
+        self,
+        store: FeedStore,
+        directory: str,
+        queue_url: str,
+        *,
+        on_close: Callable[[SqsChangeFeed], None],
+    ) -> None:
         super().__init__(store.uri_for(directory))
         self._store = store
         self._queue_url = queue_url
-        self._prefix = store._full_key(directory)
+        self._prefix = store.full_key(directory)
+        self._on_close = on_close  # the store forgets the feed
         self._reader = _QueueReader.of(store, queue_url)
         self._reader.subscribe(self)
 
@@ -105,7 +133,7 @@ class SqsChangeFeed(SignalledChangeFeed):
 
     async def aclose(self) -> None:
         if not self.closed:
-            self._store._feeds.discard(self)
+            self._on_close(self)
             await self._reader.unsubscribe(self)
         await super().aclose()
 
@@ -126,7 +154,7 @@ class _QueueReader:
         self.task: asyncio.Task[None] | None = None
 
     @classmethod
-    def of(cls, store: S3Store, queue_url: str) -> _QueueReader:
+    def of(cls, store: FeedStore, queue_url: str) -> _QueueReader:
         readers = _readers.setdefault(asyncio.get_running_loop(), {})
         key = (queue_url, store.options)
         if key not in readers:
@@ -176,11 +204,10 @@ class _QueueReader:
 
         try:
             while True:
-                response = await store._call(
+                response = await store.sqs_request(
                     lead.uri,
                     f"SQS ReceiveMessage from {queue}",
                     receive,
-                    service="sqs",
                     operation="SQS ReceiveMessage",
                 )
                 messages: list[dict[str, Any]] = response.get("Messages") or []
@@ -220,11 +247,10 @@ class _QueueReader:
         async def delete(client: Any) -> Any:
             return await client.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
 
-        response = await lead._store._call(
+        response = await lead._store.sqs_request(
             lead.uri,
             f"SQS DeleteMessageBatch on {self.queue_url}",
             delete,
-            service="sqs",
             operation="SQS DeleteMessageBatch",
         )
         for failed in response.get("Failed") or ():

@@ -125,7 +125,8 @@ class S3Store(ObjectStore):
     def root_uri(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
-    def _full_key(self, key: str) -> str:
+    def full_key(self, key: str) -> str:
+        """The bucket's key of ``key`` (relative to the store's root)."""
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _relative_key(self, full_key: str) -> str:
@@ -175,7 +176,7 @@ class S3Store(ObjectStore):
             return None
         prefix = directory if not directory or directory.endswith("/") else directory + "/"
         await self._get_sqs_client()  # a closed store fails here, not in the feed
-        feed = SqsChangeFeed(self, prefix, queue_url)
+        feed = SqsChangeFeed(self, prefix, queue_url, on_close=self._feeds.discard)
         self._feeds.add(feed)
         return feed
 
@@ -189,6 +190,14 @@ class S3Store(ObjectStore):
         for release in releases:
             await release()
         await self._close_foreign()
+
+    async def sqs_request(
+        self, uri: str, what: str, op: Callable[[Any], Awaitable[T]], *, operation: str
+    ) -> T:
+        """Run ``op(client)`` on this store's SQS client, with its retries (what its change
+        feeds ask of the ``sqs_queue_url`` queue). ``uri`` and ``what`` name the request in
+        errors, ``operation`` in retry reports."""
+        return await self._call(uri, what, op, service="sqs", operation=operation)
 
     async def _call(
         self,
@@ -249,7 +258,7 @@ class S3Store(ObjectStore):
         self, directory: str, start_after: str | None = None
     ) -> AsyncIterator[ObjectMeta]:
         prefix = directory if not directory or directory.endswith("/") else directory + "/"
-        full_prefix = self._full_key(prefix)
+        full_prefix = self.full_key(prefix)
         token: str | None = None
         uri = self.uri_for(prefix)
         while True:
@@ -261,7 +270,7 @@ class S3Store(ObjectStore):
             if token is not None:
                 kwargs["ContinuationToken"] = token
             elif start_after is not None:
-                kwargs["StartAfter"] = self._full_key(start_after)
+                kwargs["StartAfter"] = self.full_key(start_after)
 
             async def list_page(client: Any, kwargs: dict[str, Any] = kwargs) -> Any:
                 self.stats.list_requests += 1
@@ -288,7 +297,7 @@ class S3Store(ObjectStore):
         check_byte_range(uri, byte_range)
         if byte_range is not None and byte_range[0] == byte_range[1]:
             return b""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self.full_key(key)}
         if byte_range is not None:
             kwargs["Range"] = f"bytes={byte_range[0]}-{byte_range[1] - 1}"
 
@@ -315,7 +324,7 @@ class S3Store(ObjectStore):
 
         async def fetch(client: Any) -> tuple[bytes, str]:
             self.stats.get_requests += 1
-            resp = await client.get_object(Bucket=self.bucket, Key=self._full_key(key))
+            resp = await client.get_object(Bucket=self.bucket, Key=self.full_key(key))
             async with resp["Body"] as body:
                 data: bytes = await body.read()
             return data, str(resp.get("ETag", ""))
@@ -324,7 +333,7 @@ class S3Store(ObjectStore):
 
     async def put(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
         uri = self.uri_for(key)
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key), "Body": data}
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self.full_key(key), "Body": data}
         if if_match == "":
             kwargs["IfNoneMatch"] = "*"
         elif if_match is not None:
@@ -355,7 +364,7 @@ class S3Store(ObjectStore):
         uri = self.uri_for(key)
 
         async def delete_object(client: Any) -> Any:
-            return await client.delete_object(Bucket=self.bucket, Key=self._full_key(key))
+            return await client.delete_object(Bucket=self.bucket, Key=self.full_key(key))
 
         await self._call(uri, "DELETE", delete_object)
 
@@ -376,7 +385,7 @@ class S3Store(ObjectStore):
 
         async def head_object(client: Any) -> Any:
             self.stats.head_requests += 1
-            return await client.head_object(Bucket=self.bucket, Key=self._full_key(key))
+            return await client.head_object(Bucket=self.bucket, Key=self.full_key(key))
 
         resp = await self._call(uri, "HEAD", head_object)
         return ObjectMeta(
