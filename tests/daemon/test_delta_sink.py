@@ -439,6 +439,49 @@ def replace_state(cfg: TailConfig, state: Path) -> TailConfig:
     return replace(cfg, state=str(state))
 
 
+# ------------------------------------------------------------------------- Azure
+
+
+@pytest.mark.anyio
+async def test_an_azure_target(
+    tmp_path: Path, azure_container: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Azurite, where delta-rs runs in its emulator mode (``AZURITE_BLOB_STORAGE_URL``
+    names the server, as for the store): commits past checkpoints, a restart from an older
+    state that repeats nothing, and a mirror."""
+    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", azure_container.endpoint.rsplit("/", 1)[0])
+    uri, state = str(tmp_path / "src"), tmp_path / "state"
+    create_table(uri, rows=4)
+    options = azure_container.storage_options
+    cfg = config(uri, state, sink_options=options)
+    out = azure_container.uri("out")
+    spec = f"delta:{out}?checkpoint_interval=2"
+    await run_until(cfg, parse_sink(spec, stream=cfg), 0)
+    old = (state / "position.json").read_bytes()
+    Writer(uri, 3).run()
+    await run_until(cfg, parse_sink(spec, stream=cfg), DeltaTable(uri).version())
+    (state / "position.json").write_bytes(old)  # the state falls back to version 1
+    write_deltalake(uri, batch([99]), mode="append")
+    latest = DeltaTable(uri).version()
+    await run_until(cfg, parse_sink(spec, stream=cfg), latest)
+    mirror = azure_container.uri("mirror")
+    mirror_cfg = replace_state(cfg, tmp_path / "mirror-state")
+    await run_until(mirror_cfg, parse_sink(f"delta:{mirror}?mode=merge&key=id", stream=cfg), latest)
+
+    delta_options = delta_storage_options(out, options)
+    assert delta_options["azure_storage_use_emulator"] == "true"
+    assert target_changes(out, storage_options=delta_options) == expected_changes(uri, 0, latest)
+    target = DeltaTable(out, storage_options=delta_options)
+    assert target.version() > 2  # commits after a table's second fail outside emulator mode
+    with azure_container.client() as client:
+        assert any(b.name.endswith(".checkpoint.parquet") for b in client.list_blobs("out/"))
+    app = app_id(STREAM, DeltaTable(uri).metadata().id)
+    txns = await deltastream_txns(out, options)
+    assert txns[app] == target.transaction_version(app) == encode_position(Position(latest + 1))
+    rows = DeltaTable(mirror, storage_options=delta_options).to_pyarrow_table().to_pylist()
+    assert sorted((r["id"], r["name"], r["part"]) for r in rows) == rows_of(uri)
+
+
 @pytest.mark.anyio
 async def test_a_failed_commit_that_the_target_holds_is_not_repeated(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -512,10 +555,23 @@ def test_the_command_line_reports_a_delta_sink_failure_in_one_line(tmp_path: Pat
     )
 
 
-def test_azure_and_gcs_settings_reach_delta_rs_in_its_names() -> None:
-    """(An Azure target is not run end to end: delta-rs 1.6 on Azurite fails from a table's
-    third commit, "Invalid table version: 1", delta-rs issue 3716.)"""
+def test_azure_and_gcs_settings_reach_delta_rs_in_its_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Azurite where delta-rs's emulator mode looks for it (AZURITE_BLOB_STORAGE_URL, by
+    # default 127.0.0.1:10000): that mode, which lists the log without startFrom.
+    monkeypatch.delenv("AZURITE_BLOB_STORAGE_URL", raising=False)
     emulator = {"endpoint_url": "http://127.0.0.1:10000/devstoreaccount1", "use_emulator": "true"}
+    in_emulator_mode = {
+        "azure_storage_account_name": "devstoreaccount1",
+        "azure_storage_account_key": EMULATOR_KEY,
+        "azure_storage_use_emulator": "true",
+    }
+    assert delta_storage_options("az://c/t", emulator) == in_emulator_mode
+    assert delta_storage_options("az://c/t", {"use_emulator": "true"}) == in_emulator_mode
+    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", "http://127.0.0.1:9/")
+    assert delta_storage_options("az://c/t", {"use_emulator": "true"}) == in_emulator_mode
+    # Elsewhere: the endpoint as given (Azurite there must honour startFrom: 3.37.0 on).
     assert delta_storage_options("az://c/t", emulator) == {
         "azure_storage_account_name": "devstoreaccount1",
         "azure_storage_account_key": EMULATOR_KEY,

@@ -220,7 +220,12 @@ def delta_storage_options(uri: str, options: Mapping[str, str] | None) -> dict[s
             out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "true" if style else "false"
         return {k: v for k, v in out.items() if v is not None}
     if kind == "az":
-        from deltastream.storage.azure.options import EMULATOR_ACCOUNT, EMULATOR_KEY, AzureOptions
+        from deltastream.storage.azure.options import (
+            EMULATOR_ACCOUNT,
+            EMULATOR_KEY,
+            AzureOptions,
+            emulator_account_url,
+        )
         from deltastream.storage.paths import parse_azure_uri
 
         az = AzureOptions.from_storage_options(options)
@@ -239,7 +244,16 @@ def delta_storage_options(uri: str, options: Mapping[str, str] | None) -> dict[s
             "azure_storage_tenant_id": az.tenant_id,
             "azure_endpoint": endpoint,
         }
-        if endpoint and endpoint.lower().startswith("http://"):
+        if emulator and endpoint == emulator_account_url(account):
+            # Azurite at the address delta-rs's emulator mode derives: use that mode, whose
+            # listings of the log filter names client-side. Outside it, object_store lists
+            # from a version with the List Blobs ``startFrom`` parameter, which Azurite before
+            # 3.37.0 ignores: delta-rs then finds version 0 where it asked for the read
+            # version and fails every commit after a table's second ("Invalid table
+            # version: 1").
+            del out["azure_endpoint"]
+            out["azure_storage_use_emulator"] = "true"
+        elif endpoint and endpoint.lower().startswith("http://"):
             out["azure_allow_http"] = "true"
         return {k: v for k, v in out.items() if v is not None}
     from deltastream.storage.gcs.options import DEFAULT_ENDPOINT, GcsOptions
