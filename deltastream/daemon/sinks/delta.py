@@ -259,17 +259,25 @@ def delta_storage_options(uri: str, options: Mapping[str, str] | None) -> dict[s
     from deltastream.storage.gcs.options import DEFAULT_ENDPOINT, GcsOptions
 
     gcs = GcsOptions.from_storage_options(options)
-    if gcs.endpoint_url.rstrip("/") != DEFAULT_ENDPOINT:
-        raise InvalidArgumentError(
-            f"{uri}: a delta sink's writer (delta-rs) reaches Google Cloud Storage only at "
-            f"{DEFAULT_ENDPOINT}, not at endpoint_url {gcs.endpoint_url}"
-        )
     google: dict[str, str] = {}
+    if gcs.endpoint_url.rstrip("/") != DEFAULT_ENDPOINT:
+        # object_store speaks GCS's XML API there (the JSON API's host serves both).
+        google["google_base_url"] = gcs.endpoint_url
     if gcs.service_account_info is not None:
         google["google_service_account_key"] = json.dumps(dict(gcs.service_account_info))
     if gcs.skip_signature:
         google["google_skip_signature"] = "true"
+        # object_store 0.13 authorizes uploads whatever skip_signature says, asking the
+        # metadata server for a token when it has no credentials: a key with OAuth
+        # disabled has them carry an empty one instead.
+        google.setdefault("google_service_account_key", _NO_OAUTH_KEY)
     return google
+
+
+#: object_store's service account key for a GCS that takes no credentials (an emulator).
+_NO_OAUTH_KEY: Final = json.dumps(
+    {"disable_oauth": True, "client_email": "", "private_key": "", "private_key_id": ""}
+)
 
 
 def _deltalake() -> Any:
