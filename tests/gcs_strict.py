@@ -12,6 +12,13 @@ a free 127.0.0.1 port) that forwards every request to the emulator, but:
   must not exist) and answers ``412`` as GCS does when it does not hold;
 * adds ``x-goog-generation`` to media downloads.
 
+It also serves the XML API that Rust's ``object_store`` (so delta-rs) speaks, of which the
+emulator has only plain object GETs and PUTs: object listings (``list-type=2``, with
+``start-after`` and ``continuation-token``), ``HEAD`` and ``GET`` with ``ETag``,
+``Last-Modified`` and ``x-goog-generation`` (any ``Range``, suffixes too), ``PUT`` with
+``x-goog-if-generation-match`` checked, and ``DELETE``; names are percent-decoded, as the
+emulator does not.
+
 It counts what it served in :attr:`StrictGcs.requests` (``LIST``, ``GET``, ``HEAD``, ``PUT``,
 ``DELETE``, and ``412`` refusals), so that tests can assert requests per operation.
 """
@@ -21,10 +28,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import threading
 from collections import Counter
+from datetime import datetime
+from email.utils import format_datetime
 from typing import Any
 from urllib.parse import quote, unquote
+from xml.sax.saxutils import escape
 
 import aiohttp
 from aiohttp import web
@@ -88,6 +99,8 @@ class StrictGcs:
         path = request.raw_path.split("?", 1)[0]  # still encoded: names hold "/" as %2F
         parts = path.split("/")
         query = dict(request.query)
+        if parts[1] not in ("storage", "upload", "download", "batch"):
+            return await self._xml(request, path, query)
         # /storage/v1/b/{bucket}/o: a listing
         listing = len(parts) == 6 and parts[1:4] == ["storage", "v1", "b"] and parts[5] == "o"
         if request.method == "GET" and listing:
@@ -127,18 +140,28 @@ class StrictGcs:
                 out["x-goog-generation"] = str(meta["generation"])
         return web.Response(status=status, body=resp_body, headers=out)
 
-    async def _list(self, bucket: str, query: dict[str, str]) -> web.Response:
-        self.requests["LIST"] += 1
-        self.list_params.append(dict(query))
+    async def _entries(
+        self, bucket: str, query: dict[str, str]
+    ) -> tuple[int, bytes, list[tuple[str, str, Any]]]:
+        """The emulator's whole listing under ``query``'s prefix and delimiter, in name
+        order: ``("item", name, resource)`` and ``("prefix", prefix, prefix)`` entries."""
         upstream = {k: v for k, v in query.items() if k in ("prefix", "delimiter")}
         qs = "&".join(f"{k}={quote(v, safe='')}" for k, v in upstream.items())
         status, _, body = await self._upstream("GET", f"/storage/v1/b/{bucket}/o?{qs}")
         if status != 200:
-            return web.Response(status=status, body=body)
+            return status, body, []
         listing = json.loads(body or b"{}")
         entries = [("item", i["name"], i) for i in listing.get("items", [])]
         entries += [("prefix", p, p) for p in listing.get("prefixes", [])]
         entries.sort(key=lambda e: e[1].encode())
+        return status, body, entries
+
+    async def _list(self, bucket: str, query: dict[str, str]) -> web.Response:
+        self.requests["LIST"] += 1
+        self.list_params.append(dict(query))
+        status, body, entries = await self._entries(bucket, query)
+        if status != 200:
+            return web.Response(status=status, body=body)
         start = query.get("startOffset")
         if start is not None:
             entries = [e for e in entries if e[1] >= start]
@@ -160,3 +183,126 @@ class StrictGcs:
         if rest:
             out["nextPageToken"] = base64.urlsafe_b64encode(page[-1][1].encode()).decode()
         return web.json_response(out)
+
+    # --- the XML API --------------------------------------------------------------------
+
+    async def _xml(self, request: web.Request, path: str, query: dict[str, str]) -> web.Response:
+        bucket, _, encoded = path[1:].partition("/")
+        bucket, name = unquote(bucket), unquote(encoded)
+        method = request.method
+        if not name:
+            if method == "GET" and query.get("list-type") == "2":
+                return await self._xml_list(bucket, query)
+            return web.Response(status=501)
+        self.requests[method] += 1
+        if method in ("GET", "HEAD"):
+            meta = await self._metadata(bucket, name)
+            if meta is None:
+                return _xml_error(404, "NoSuchKey")
+            headers = _object_headers(meta)
+            if method == "HEAD":
+                return web.Response(status=200, headers=headers)
+            status, _, data = await self._upstream(
+                "GET", f"/download/storage/v1/b/{bucket}/o/{quote(name, safe='')}?alt=media"
+            )
+            if status != 200:
+                return web.Response(status=status, body=data)
+            del headers["Content-Length"]  # the body's, set by aiohttp
+            wanted = _byte_range(request.headers.get("Range"), len(data))
+            if wanted is None:
+                return web.Response(status=200, body=data, headers=headers)
+            start, end = wanted
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
+            return web.Response(status=206, body=data[start:end], headers=headers)
+        if method == "PUT" and "x-goog-copy-source" not in request.headers:
+            body = await request.read()
+            match = request.headers.get("x-goog-if-generation-match")
+            if match is not None:
+                meta = await self._metadata(bucket, name)
+                if (str(meta["generation"]) if meta else "0") != match:
+                    self.requests["412"] += 1
+                    return _xml_error(412, "PreconditionFailed")
+            status, _, resp = await self._upstream(
+                "POST",
+                f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={quote(name, safe='')}",
+                body,
+                {"Content-Type": "application/octet-stream"},
+            )
+            if status != 200:
+                return web.Response(status=status, body=resp)
+            return web.Response(status=200, headers=_object_headers(json.loads(resp)))
+        if method == "DELETE":
+            status, _, resp = await self._upstream(
+                "DELETE", f"/storage/v1/b/{bucket}/o/{quote(name, safe='')}"
+            )
+            return web.Response(status=204) if status < 300 else _xml_error(404, "NoSuchKey")
+        return web.Response(status=501)
+
+    async def _xml_list(self, bucket: str, query: dict[str, str]) -> web.Response:
+        self.requests["LIST"] += 1
+        self.list_params.append(dict(query))
+        status, body, entries = await self._entries(bucket, query)
+        if status != 200:
+            return web.Response(status=status, body=body)
+        after = query.get("start-after")
+        token = query.get("continuation-token")
+        if token is not None:
+            after = base64.urlsafe_b64decode(token).decode()
+        if after is not None:
+            entries = [e for e in entries if e[1] > after]
+        size = int(query.get("max-keys", "1000"))
+        if self.page_size_cap is not None:
+            size = min(size, self.page_size_cap)
+        page, rest = entries[:size], entries[size:]
+        out = [
+            '<?xml version="1.0" encoding="UTF-8"?>',
+            '<ListBucketResult xmlns="http://doc.s3.amazonaws.com/2006-03-01">',
+            f"<Name>{escape(bucket)}</Name><Prefix>{escape(query.get('prefix', ''))}</Prefix>",
+            f"<KeyCount>{len(page)}</KeyCount><IsTruncated>{str(bool(rest)).lower()}</IsTruncated>",
+        ]
+        for kind, key, value in page:
+            if kind == "item":
+                out.append(
+                    f"<Contents><Key>{escape(key)}</Key>"
+                    f"<Generation>{value['generation']}</Generation>"
+                    f"<LastModified>{value['updated']}</LastModified>"
+                    f"<ETag>{escape(_etag(value))}</ETag><Size>{value['size']}</Size></Contents>"
+                )
+            else:
+                out.append(f"<CommonPrefixes><Prefix>{escape(key)}</Prefix></CommonPrefixes>")
+        if rest:
+            next_token = base64.urlsafe_b64encode(page[-1][1].encode()).decode()
+            out.append(f"<NextContinuationToken>{next_token}</NextContinuationToken>")
+        out.append("</ListBucketResult>")
+        return web.Response(body="".join(out).encode(), content_type="application/xml")
+
+
+def _etag(meta: dict[str, Any]) -> str:
+    return f'"{meta.get("etag") or meta.get("md5Hash") or meta["generation"]}"'
+
+
+def _object_headers(meta: dict[str, Any]) -> dict[str, str]:
+    updated = datetime.fromisoformat(meta["updated"].replace("Z", "+00:00"))
+    return {
+        "ETag": _etag(meta),
+        "Last-Modified": format_datetime(updated, usegmt=True),
+        "Content-Length": str(meta["size"]),
+        "x-goog-generation": str(meta["generation"]),
+        "Content-Type": meta.get("contentType") or "application/octet-stream",
+    }
+
+
+def _byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``[start, end)`` of a ``Range: bytes=…`` header (``a-b``, ``a-`` or ``-n``)."""
+    match = re.fullmatch(r"\s*bytes=(\d*)-(\d*)\s*", header or "")
+    if match is None or match.groups() == ("", ""):
+        return None
+    first, last = match.groups()
+    if not first:
+        return max(0, size - int(last)), size
+    return int(first), min(size, int(last) + 1) if last else size
+
+
+def _xml_error(status: int, code: str) -> web.Response:
+    body = f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code></Error>'
+    return web.Response(status=status, body=body.encode(), content_type="application/xml")

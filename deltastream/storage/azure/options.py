@@ -24,7 +24,13 @@ from deltastream.storage.client_options import (
     unknown_option,
 )
 
-__all__ = ["EMULATOR_ACCOUNT", "EMULATOR_KEY", "STORAGE_OPTION_NAMES", "AzureOptions"]
+__all__ = [
+    "EMULATOR_ACCOUNT",
+    "EMULATOR_KEY",
+    "STORAGE_OPTION_NAMES",
+    "AzureOptions",
+    "emulator_account_url",
+]
 
 #: Azurite's well-known development account and key (published in Azure's documentation).
 EMULATOR_ACCOUNT = "devstoreaccount1"
@@ -174,9 +180,16 @@ class AzureOptions(ClientOptions):
         if self.endpoint_url is not None:
             return self.endpoint_url
         if self.use_emulator:
-            base = os.environ.get("AZURITE_BLOB_STORAGE_URL", _EMULATOR_URL).rstrip("/")
-            return f"{base}/{account}"
+            return emulator_account_url(account)
         return f"https://{account}.blob.{suffix or 'core.windows.net'}"
+
+
+def emulator_account_url(account: str) -> str:
+    """Azurite's blob service URL of ``account``: ``AZURITE_BLOB_STORAGE_URL`` (default
+    ``http://127.0.0.1:10000``) with the account's path, as object_store's emulator mode
+    (``azure_storage_use_emulator``) addresses it too."""
+    base = os.environ.get("AZURITE_BLOB_STORAGE_URL", _EMULATOR_URL).rstrip("/")
+    return f"{base}/{account}"
 
 
 def _endpoint(name: str, value: str) -> str:
