@@ -5,34 +5,11 @@ its change data feed; follow it (:func:`tail`, :class:`Tailer`, :class:`Service`
 and the errors.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from deltastream._version import __version__
 from deltastream.changes.api import read_changes, table_changes
-from deltastream.daemon.api import tail
-from deltastream.daemon.config import load_config
-from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
-from deltastream.daemon.reset import reset_stream
-from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
-from deltastream.daemon.sinks import (
-    CallbackSink,
-    DeltaSink,
-    ExecSink,
-    HttpSink,
-    JsonlSink,
-    ParquetSink,
-    PostgresSink,
-    parse_sink,
-)
-from deltastream.daemon.tailer import (
-    Mode,
-    OnMissingFile,
-    OnMissingVersions,
-    OnSchemaChange,
-    StartFrom,
-    TailConfig,
-    Tailer,
-)
 from deltastream.errors import (
     ChangeDataError,
     ChangeDataNotEnabledError,
@@ -93,15 +70,81 @@ from deltastream.snapshot.timestamps import TimestampSearch
 from deltastream.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
+    from deltastream.daemon.api import tail
+    from deltastream.daemon.config import load_config
+    from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
+    from deltastream.daemon.reset import reset_stream
+    from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+    from deltastream.daemon.sinks import (
+        CallbackSink,
+        DeltaSink,
+        ExecSink,
+        HttpSink,
+        JsonlSink,
+        ParquetSink,
+        PostgresSink,
+        parse_sink,
+    )
+    from deltastream.daemon.tailer import (
+        Mode,
+        OnMissingFile,
+        OnMissingVersions,
+        OnSchemaChange,
+        StartFrom,
+        TailConfig,
+        Tailer,
+    )
     from deltastream.storage.s3 import S3Options
+
+# Imported on first use (PEP 562): the daemon (pydantic models, sinks, the HTTP server) and
+# the S3 client are costly to import, and a reader that needs neither (Spark's Python
+# workers start a fresh interpreter per streaming query) should not pay for them.
+_LAZY = {
+    "tail": "deltastream.daemon.api",
+    "load_config": "deltastream.daemon.config",
+    **dict.fromkeys(("Delivery", "Position", "Sink", "StreamRef"), "deltastream.daemon.delivery"),
+    "reset_stream": "deltastream.daemon.reset",
+    **dict.fromkeys(("Service", "ServiceConfig", "StreamConfig"), "deltastream.daemon.service"),
+    **dict.fromkeys(
+        (
+            "CallbackSink",
+            "DeltaSink",
+            "ExecSink",
+            "HttpSink",
+            "JsonlSink",
+            "ParquetSink",
+            "PostgresSink",
+            "parse_sink",
+        ),
+        "deltastream.daemon.sinks",
+    ),
+    **dict.fromkeys(
+        (
+            "Mode",
+            "OnMissingFile",
+            "OnMissingVersions",
+            "OnSchemaChange",
+            "StartFrom",
+            "TailConfig",
+            "Tailer",
+        ),
+        "deltastream.daemon.tailer",
+    ),
+    "S3Options": "deltastream.storage.s3",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "S3Options":  # imported lazily: see deltastream.storage
-        from deltastream.storage.s3 import S3Options
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
 
-        return S3Options
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

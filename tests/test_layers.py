@@ -430,6 +430,25 @@ assert "azure.core" in sys.modules and "aiobotocore" not in sys.modules
     assert done.returncode == 0, done.stderr
 
 
+def test_the_readers_load_neither_the_daemon_nor_pandas() -> None:
+    """``import deltastream`` and the Spark source load neither the daemon (its names in the
+    package root are imported on first use) nor pandas (which pyarrow's
+    ``Schema.empty_table``, ``pa.array([])`` and ``pyarrow.dataset`` import): Spark starts
+    a fresh Python process for every streaming query, and these were most of its start-up.
+    The daemon's names still resolve from the root."""
+    code = """
+import sys
+import deltastream
+import deltastream.spark.stream
+loaded = sorted(m for m in ("pandas", "deltastream.daemon", "pydantic") if m in sys.modules)
+assert loaded == [], loaded
+assert deltastream.tail.__module__ == "deltastream.daemon.api"
+assert "deltastream.daemon" in sys.modules and "Tailer" in dir(deltastream)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_store_without_its_extra_is_one_clear_error() -> None:
     code = """
 import sys

@@ -35,6 +35,7 @@ from deltastream.log.actions import (
     Sidecar,
     Txn,
 )
+from deltastream.log.empty_tables import empty_table
 from deltastream.log.file_action_checks import invalid_file_action
 
 __all__ = [
@@ -66,8 +67,8 @@ _KNOWN_ACTIONS = frozenset(
 )
 
 
-_EMPTY_FILE_ACTIONS = FILE_ACTIONS_SCHEMA.empty_table()
-_EMPTY_CDC = pa.array([], type=CDC_TYPE)
+_EMPTY_FILE_ACTIONS = empty_table(FILE_ACTIONS_SCHEMA)
+_EMPTY_CDC = pa.nulls(0, CDC_TYPE)  # pa.array([]) would import pandas
 
 
 def empty_file_actions() -> pa.Table:

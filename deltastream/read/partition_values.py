@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltastream.errors import InvalidTableStateError, UnsupportedFeatureError
+from deltastream.log.empty_tables import empty_table
 from deltastream.read.constants import repeated
 from deltastream.schema.model import (
     ColumnMappingMode,
@@ -409,7 +410,7 @@ def partition_values_table(
     if not partition_fields:
         return pa.table({"_": pa.nulls(files.num_rows)}).drop_columns(["_"])
     if files.num_rows == 0:
-        return schema.empty_table()
+        return empty_table(schema)
     physical = [f.physical_name(mode) for f in partition_fields]
     column = files.column("partitionValues")
     chunks: list[list[AnyArray]] = [[] for _ in partition_fields]

@@ -39,6 +39,7 @@ from deltastream.log.actions import (
     Txn,
 )
 from deltastream.log.commit import LogActions
+from deltastream.log.empty_tables import empty_table
 from deltastream.storage.paths import ABSOLUTE_PATTERN, canonical_paths
 
 __all__ = [
@@ -69,7 +70,7 @@ def _struct_rows_to_table(column: AnyArray, schema: pa.Schema) -> pa.Table:
     if column.null_count:
         column = pc.drop_null(column)
     if len(column) == 0:
-        return schema.empty_table()
+        return empty_table(schema)
     return pa.Table.from_arrays(column.flatten(), schema=schema)
 
 
@@ -196,7 +197,7 @@ class CommitBatch:
         tables = [c.file_actions for c in commits if c.file_actions.num_rows]
         self._touched: dict[bool, pa.Array[Any]] = {}
         if not tables:
-            self.winners = FILE_ACTIONS_SCHEMA.empty_table()
+            self.winners = empty_table(FILE_ACTIONS_SCHEMA)
             self._absolute = False
             return
         actions = pa.concat_tables(tables).combine_chunks()

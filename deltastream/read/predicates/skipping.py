@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from deltastream.errors import InvalidArgumentError
 from deltastream.read.partition_values import partition_values_table
@@ -127,6 +126,10 @@ class _Evaluator:
 
     def exact(self, pred: Comparison | InList | IsNull) -> _Outcomes:
         """A leaf over a partition column: every file has one value, so this is exact."""
+        # Imported here: pyarrow.dataset imports pandas (most of a second), which every
+        # reader would pay at import time, though only partition filters need it.
+        import pyarrow.dataset as pads
+
         table = self.partitions.select([pred.column])
         result = (
             pads.dataset(table)
