@@ -16,7 +16,8 @@
 The sink is driven directly (``recover`` then ``deliver``), as the tailer drives it, so the
 figures are the sink's own, not the table reader's.
 
-Run: ``python tests/benchmarks/bench_sink_delta.py`` (about two minutes on 2 cores);
+Run: ``python tests/benchmarks/bench_sink_delta.py`` (about half a minute on 2 cores; the
+runs are short, so on a busy machine ``--runs 15`` gives steadier medians);
 ``--rows 200000 --mirror-rows 100000 --versions 5`` for a quick look.
 """
 
