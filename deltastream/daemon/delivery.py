@@ -14,16 +14,32 @@ import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import pyarrow as pa
 
 from deltastream.storage.base import AsyncClosable
 from deltastream.storage.retry import RetryListener
 
-__all__ = ["Delivery", "Guarantee", "HeldPosition", "Position", "Sink", "StreamRef"]
+__all__ = [
+    "COMMIT_ROWS_PER_DELIVERY",
+    "ROWS_PER_DELIVERY",
+    "Delivery",
+    "Guarantee",
+    "HeldPosition",
+    "Position",
+    "Sink",
+    "StreamRef",
+]
 
 Guarantee = Literal["exactly-once", "at-least-once"]
+
+#: The rows per delivery a sink works best with (:attr:`Sink.rows_per_delivery`), unless it
+#: says otherwise.
+ROWS_PER_DELIVERY: Final = 100_000
+#: ... for a sink that makes each delivery one costly commit (a Delta commit, a database
+#: transaction): fewer, larger deliveries (the stream's bytes bound still bounds memory).
+COMMIT_ROWS_PER_DELIVERY: Final = 1_000_000
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -159,6 +175,10 @@ class Sink(AsyncClosable, ABC):
 
     #: What the sink promises across crashes.
     guarantee: Guarantee = "at-least-once"
+    #: The rows per delivery the sink works best with: a stream's deliveries hold at most
+    #: this many rows unless its ``max_rows_per_delivery`` says otherwise
+    #: (:meth:`~deltastream.daemon.stream_config.TailConfig.resolved_max_rows_per_delivery`).
+    rows_per_delivery: int = ROWS_PER_DELIVERY
     #: Told of every retry a sink that retries makes inside :meth:`deliver` (set by the
     #: tailer); ``None``: such a sink logs each retry at WARNING itself.
     retry_listener: RetryListener | None = None
@@ -184,8 +204,10 @@ class Sink(AsyncClosable, ABC):
         A sink that commits the stream's position in its target's own transaction, with the
         rows, returns what the target holds (``None``: nothing of this stream yet): the
         stream then resumes there, whatever its state says, so that a crash between the
-        target's commit and the state's repeats nothing and loses nothing. Other sinks
-        return ``None``."""
+        target's commit and the state's repeats nothing and loses nothing. The position
+        need not be where this run's deliveries would end (the stream's delivery bounds may
+        have changed since): the stream resumes at exactly that row. Other sinks return
+        ``None``."""
 
     @abstractmethod
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:

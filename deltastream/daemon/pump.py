@@ -1,6 +1,6 @@
 """The delivery pump: a round's file reads, decoded and grouped into deliveries of bounded
-size, each written to the sink and then committed, with the position it reached, to the
-stream's state.
+size (rows and bytes), each written to the sink and then committed, with the position it
+reached, to the stream's state.
 
 The pump owns the stream's committed state (:attr:`DeliveryPump.committed`): every change
 to it (a delivery's position, a round's end, a saved table state) is one conditional write
@@ -65,6 +65,10 @@ class DeliveryPump:
     ) -> None:
         self.config = config
         self.sink = sink
+        #: A delivery closes once it holds this many rows or bytes (of Arrow data): whole
+        #: batches, so one batch always fits.
+        self.max_rows = config.resolved_max_rows_per_delivery(sink)
+        self.max_bytes = config.max_bytes_per_delivery
         self.metrics = metrics
         self.committed = committed
         self._store = store
@@ -90,15 +94,25 @@ class DeliveryPump:
         delivered before and are skipped. Invariant: ``offset`` counts the rows of
         ``version`` produced so far, skipped ones included, so ``Position(version, offset)``
         is exactly the point in the stream after them, however often the stream resumed.
-        Deliveries are made of whole batches, so a resumed stream's first batch starts at
-        ``start``, and the rows after it are grouped into the same deliveries as before.
+
+        A delivery closes before the batch that would follow ``max_rows`` rows or
+        ``max_bytes`` bytes (or a schema change); deliveries are made of whole batches. So
+        with the same batches and bounds, a resumed stream's first batch starts at
+        ``start``, and the rows after it are grouped into the same deliveries as before: an
+        at-least-once sink gets its repeats in the same deliveries, with the same keys.
+        Nothing else relies on the grouping: a position names the same rows whatever the
+        boundaries (the invariant above), so a stream may resume with other bounds (another
+        ``max_rows_per_delivery``), and at a position no delivery of this run would end at:
+        a transactional sink's held position, which the tailer adopts whatever its state
+        says (:meth:`~deltastream.daemon.delivery.Sink.recover`), may lie inside a batch,
+        and the skip slices that batch.
         """
         snapshot = start.snapshot
-        max_rows = self.config.max_rows_per_delivery
+        max_rows, max_bytes = self.max_rows, self.max_bytes
         version, offset = start.version, 0
         skip = start.offset
         pending: list[pa.RecordBatch] = []
-        rows = 0
+        rows = nbytes = 0
         begin = start
         reads = read_file_batches(self._store, tasks, on_missing=self._on_missing_file)
         async with contextlib.aclosing(reads):
@@ -115,16 +129,18 @@ class DeliveryPump:
                     offset += dropped
                     if batch.num_rows == 0:
                         continue
-                if pending and (batch.schema != schema or rows >= max_rows):
+                full = rows >= max_rows or nbytes >= max_bytes
+                if pending and (batch.schema != schema or full):
                     here = Position(version, snapshot, offset)
                     assert here > begin, (begin, here)
                     await self._deliver(begin, here, schema, pending)
-                    begin, pending, rows = here, [], 0
+                    begin, pending, rows, nbytes = here, [], 0, 0
                     if offset:
                         crash_point("delivery.between")
                 schema = batch.schema
                 pending.append(batch)
                 rows += batch.num_rows
+                nbytes += batch.nbytes
                 offset += batch.num_rows
         if self._stopping():
             raise Stopped  # the round's tail is abandoned: the committed position stays put

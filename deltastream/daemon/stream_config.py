@@ -10,7 +10,8 @@ and ``[defaults]`` (:data:`OPTIONS`, :func:`convert_options`) and the keywords o
 
 Values are checked strictly, by pydantic in strict mode, whichever way they come: a string
 is no boolean (``"false"`` is not false), a float no count (``1.9`` is not 1), ``true`` no
-number, NaN and infinity no seconds, and out-of-range values are refused. Every error is an
+number, NaN and infinity no seconds, and out-of-range values are refused; a size in bytes
+is a number or text with a unit (``128m``, the rule of :mod:`deltastream.sizes`). Every error is an
 :class:`~deltastream.errors.InvalidArgumentError` naming the key as the user spelled it (the
 Python keyword, the TOML key or the CLI flag) and the value given (except for settings that
 hold credentials, marked :class:`Secret`: the http sink's headers); callers add where it was
@@ -31,13 +32,16 @@ from typing import Annotated, Any, Final, TypedDict, TypeVar, get_args, get_type
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
+from deltastream.daemon.delivery import COMMIT_ROWS_PER_DELIVERY, ROWS_PER_DELIVERY, Sink
 from deltastream.errors import InvalidArgumentError
+from deltastream.sizes import parse_size
 from deltastream.snapshot.timestamps import parse_timestamp
 from deltastream.storage.paths import CONFINED, ExternalPaths, store_kind
 
 __all__ = [
     "EXEC_TIMEOUT",
     "HTTP_TIMEOUT",
+    "MAX_BYTES_PER_DELIVERY",
     "OPTIONS",
     "STREAM_NAME",
     "CliForm",
@@ -70,6 +74,9 @@ HTTP_TIMEOUT: Final = 30.0
 #: and the run retried (``--exec-timeout``, ``ExecSink(timeout=)``): a hung command must not
 #: hold a stream for ever, and an ETL job rarely needs more than minutes.
 EXEC_TIMEOUT: Final = 300.0
+#: Bytes of Arrow data a delivery holds at most by default (``--max-bytes-per-delivery``):
+#: a stream's memory stays bounded whatever its rows' width.
+MAX_BYTES_PER_DELIVERY: Final = 128 << 20
 
 
 class Mode(enum.Enum):
@@ -229,6 +236,15 @@ def _texts(value: object) -> object:
     return {k: text(v) for k, v in value.items()}
 
 
+def _size(value: object) -> object:
+    """A size's text (``128m``, ``134217728``) as bytes; anything else is left for the type
+    check to refuse."""
+    if isinstance(value, str):
+        size = parse_size(value)
+        return value if size is None else size
+    return value
+
+
 def _tuple(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
@@ -303,6 +319,12 @@ Seconds = Annotated[
     float, Field(gt=0, allow_inf_nan=False), Must("must be a positive number of seconds")
 ]
 Count = Annotated[int, Field(ge=1), Must("must be a whole number >= 1")]
+Size = Annotated[
+    int,
+    BeforeValidator(_size),
+    Field(ge=1),
+    Must("must be a number of bytes >= 1 or a size such as 512m or 1g"),
+]
 Switch = Annotated[bool, Must("must be true or false")]
 Options = Annotated[Mapping[str, str], BeforeValidator(_texts), Must("must be a table of strings")]
 
@@ -453,9 +475,28 @@ class TailConfig:
             metavar="ROOT",
         ),
     ] = CONFINED
+    #: A delivery closes once it holds this many rows, or ``max_bytes_per_delivery`` bytes
+    #: (whole record batches: one batch always fits). ``None``: the sink's own
+    #: (:meth:`resolved_max_rows_per_delivery`).
     max_rows_per_delivery: Annotated[
-        Count, Option("--max-rows-per-delivery", "rows per delivery at most")
-    ] = 100_000
+        int | None,
+        Field(ge=1),
+        Must("must be a whole number >= 1"),
+        Option(
+            "--max-rows-per-delivery",
+            "rows per delivery at most (default: the sink's own: "
+            f"{COMMIT_ROWS_PER_DELIVERY} for the delta and postgresql sinks, whose every "
+            f"delivery is a commit, {ROWS_PER_DELIVERY} for the others)",
+        ),
+    ] = None
+    max_bytes_per_delivery: Annotated[
+        Size,
+        Option(
+            "--max-bytes-per-delivery",
+            "bytes of Arrow data per delivery at most: a number or a size such as 64m or 1g",
+            metavar="SIZE",
+        ),
+    ] = MAX_BYTES_PER_DELIVERY
     max_versions_per_round: Count = 1_000
     #: Save the table state every this many versions or seconds (whichever comes first).
     checkpoint_every_versions: Annotated[
@@ -527,6 +568,12 @@ class TailConfig:
         ),
     ] = EXEC_TIMEOUT
 
+    def resolved_max_rows_per_delivery(self, sink: Sink) -> int:
+        """The rows a delivery to ``sink`` holds at most: ``max_rows_per_delivery`` if given,
+        else the sink's own :attr:`~deltastream.daemon.delivery.Sink.rows_per_delivery`."""
+        given = self.max_rows_per_delivery
+        return sink.rows_per_delivery if given is None else given
+
     @property
     def resolved_http_headers(self) -> dict[str, str]:
         """``http_headers`` with the environment variables in their values read."""
@@ -581,7 +628,8 @@ class TailOptions(TypedDict, total=False):
     on_missing_file: OnMissingFile | str
     infer_without_cdf: bool
     allow_external_paths: bool | Sequence[str]
-    max_rows_per_delivery: int
+    max_rows_per_delivery: int | None
+    max_bytes_per_delivery: int | str
     checkpoint_every_versions: int
     checkpoint_every_seconds: float
     http_headers: Mapping[str, str]

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from deltastream.errors import InvalidArgumentError
+from deltastream.sizes import parse_size
 from deltastream.snapshot.timestamps import parse_timestamp
 from deltastream.spark.partitions import FileGroup, FilePartition, pack
 from deltastream.storage import storage_option_names
@@ -49,8 +50,6 @@ _KNOWN = {
     "where",
     "columns",
 }
-_BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-_BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def _columns(value: str | None) -> tuple[str, ...] | None:
@@ -94,12 +93,12 @@ def _positive(name: str, value: str | None) -> int | None:
 def _bytes(name: str, value: str | None) -> int | None:
     if value is None:
         return None
-    match = _BYTES.match(value)
-    if not match or int(match.group(1)) < 1:
+    size = parse_size(value)
+    if size is None or size < 1:
         raise InvalidArgumentError(
             f"option {name} must be a size such as 1g or 512m, not {value!r}"
         )
-    return int(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
+    return size
 
 
 def _external_paths(value: str | None) -> ExternalPaths:

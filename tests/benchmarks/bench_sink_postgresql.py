@@ -3,13 +3,14 @@
 A throwaway PostgreSQL server (``tests/postgres_server.py``: Debian's ``postgresql``,
 ``fsync=off``, the same for both sides) and ``--rows`` change rows (id bigint, name and
 part text, amount double, ts timestamptz, then ``_change_type``, ``_commit_version``,
-``_commit_timestamp``), in deliveries of ``--rows-per-delivery`` rows (the default
-``max_rows_per_delivery``). Measured, ``--repeat`` times each, alternating, into a new table
-each time:
+``_commit_timestamp``), in deliveries of ``--rows-per-delivery`` rows (default: the sink's
+own, ``PostgresSink.rows_per_delivery``, what a stream that sets no ``max_rows_per_delivery``
+delivers). Measured, ``--repeat`` times each, alternating, into a new table each time:
 
 * **change log**: :class:`~deltastream.daemon.sinks.PostgresSink` in append mode, one
   delivery after another, each its own transaction with the stream's position (the CSV
-  encoding of the Arrow batches included);
+  encoding of the Arrow batches included); also in deliveries of 100,000 rows (the other
+  sinks' default), for comparison;
 * **psql COPY**: ``psql -c "\\copy TABLE FROM FILE (FORMAT csv)"`` of the same rows, written
   to a CSV file beforehand (not timed): one transaction, nothing else; target: the change
   log at least 0.7x its rows per second;
@@ -18,7 +19,7 @@ each time:
   same size; upserts per second of the update pass.
 
 Prints medians. Run: ``python tests/benchmarks/bench_sink_postgresql.py`` (1,000,000 rows,
-3 runs each; about a minute on 2 cores).
+3 runs each; about two minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ sys.path.insert(0, str(HERE.parent))  # tests: postgres_server
 from benchlib import command_line, log  # noqa: E402
 from postgres_server import PostgresServer, postgres_server  # noqa: E402
 
-from deltastream.daemon.delivery import Delivery, Position, StreamRef  # noqa: E402
+from deltastream.daemon.delivery import (  # noqa: E402
+    ROWS_PER_DELIVERY,
+    Delivery,
+    Position,
+    StreamRef,
+)
 from deltastream.daemon.sinks import PostgresSink  # noqa: E402
 
 TS = pa.timestamp("us", "UTC")
@@ -152,12 +158,16 @@ def run_psql(server: PostgresServer, db: str, table: str, csv: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--rows-per-delivery", type=int, default=100_000)
+    parser.add_argument("--rows-per-delivery", type=int, default=PostgresSink.rows_per_delivery)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     print(f"command : {command_line()}")
     print(f"machine : {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
-    batches = make_batches(args.rows, args.rows_per_delivery)
+    per = args.rows_per_delivery
+    #: The change log in deliveries of each size: the one measured, and 100,000 for comparison.
+    sizes = list(dict.fromkeys([per, ROWS_PER_DELIVERY]))
+    by_size = {size: make_batches(args.rows, size) for size in sizes}
+    batches = by_size[per]
     rows = args.rows
     with postgres_server() as server, tempfile.TemporaryDirectory() as tmp:
         db = server.create_database("bench")
@@ -169,30 +179,41 @@ def main() -> int:
             pcsv.write_csv(
                 pa.Table.from_batches(batches), f, pcsv.WriteOptions(include_header=False)
             )
-        sink_s, psql_s, mirror_insert_s, mirror_update_s = [], [], [], []
+        sink_s: dict[int, list[float]] = {size: [] for size in sizes}
+        psql_s: list[float] = []
+        mirror_insert_s, mirror_update_s = [], []
+        order: list[int | None] = [*sizes, None]  # None: psql
         for run in range(args.repeat):
-            order = ("sink", "psql") if run % 2 == 0 else ("psql", "sink")
-            for which in order:
-                if which == "sink":
-                    sink_s.append(run_sink(url, f"log_{run}", batches))
+            # Rotate the order, so that none always runs on a warmer machine.
+            for which in order[run % len(order) :] + order[: run % len(order)]:
+                if which is not None:
+                    sink_s[which].append(run_sink(url, f"log_{which}_{run}", by_size[which]))
                 else:
                     psql_s.append(run_psql(server, db, f"copy_{run}", csv))
             inserted, updated = run_mirror(url, f"mirror_{run}", batches)
             mirror_insert_s.append(inserted)
             mirror_update_s.append(updated)
+            logs = ", ".join(f"change log ({s:,}) {sink_s[s][-1]:.2f} s" for s in sizes)
             log(
-                f"run {run + 1}: change log {sink_s[-1]:.2f} s, psql COPY {psql_s[-1]:.2f} s, "
+                f"run {run + 1}: {logs}, psql COPY {psql_s[-1]:.2f} s, "
                 f"mirror inserts {inserted:.2f} s, upserts {updated:.2f} s"
             )
-    sink_rate = rows / statistics.median(sink_s)
+    sink_rates = {size: rows / statistics.median(sink_s[size]) for size in sizes}
     psql_rate = rows / statistics.median(psql_s)
-    ratio = sink_rate / psql_rate
-    per = f"{args.rows_per_delivery:,}"
-    print(f"rows    : {rows:,} in deliveries of {per}; medians of {args.repeat} runs")
+    ratio = sink_rates[per] / psql_rate
+    print(f"rows    : {rows:,} in deliveries of {per:,}; medians of {args.repeat} runs")
     figures = [
-        ("change log (PostgresSink, append)", f"{sink_rate:,.0f} rows/s"),
+        (f"change log (append, {per:,} per delivery)", f"{sink_rates[per]:,.0f} rows/s"),
         ("psql \\copy of the same rows (CSV)", f"{psql_rate:,.0f} rows/s"),
         ("ratio", f"{ratio:.2f}x (target >= 0.7x: {'PASS' if ratio >= 0.7 else 'FAIL'})"),
+        *(
+            (
+                f"change log ({size:,} per delivery)",
+                f"{sink_rates[size]:,.0f} rows/s, ratio {sink_rates[size] / psql_rate:.2f}x",
+            )
+            for size in sizes
+            if size != per
+        ),
         (
             "mirror inserts (merge, key=id)",
             f"{rows / statistics.median(mirror_insert_s):,.0f} rows/s",
@@ -203,7 +224,7 @@ def main() -> int:
         ),
     ]
     for label, figure in figures:
-        print(f"{label:<36}: {figure}")
+        print(f"{label:<44}: {figure}")
     return 0 if ratio >= 0.7 else 1
 
 

@@ -51,6 +51,8 @@ class Job:
     action: str = "tail"
     #: Where to write ``{"class": …, "message": …}`` of the error a failing run raises.
     error_file: str = ""
+    #: The stream's ``max_rows_per_delivery`` (``None``: the sink's own).
+    rows_per_delivery: int | None = ROWS_PER_DELIVERY
 
 
 def change_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -92,7 +94,7 @@ async def _main(job: Job) -> None:
         poll_interval=0.02,
         poll_jitter=0.0,
         notifications=False,
-        max_rows_per_delivery=ROWS_PER_DELIVERY,
+        max_rows_per_delivery=job.rows_per_delivery,
         checkpoint_every_versions=1,
     )
     sink = _sink(job.sink)

@@ -346,6 +346,45 @@ def test_every_crash_point_once_twice_and_three_times(
             check_at_least_once(keyed_deliveries(sink, work, receiver), reference[mode])
 
 
+#: The ``max_rows_per_delivery`` of a stream's successive runs: 4-row deliveries (one batch
+#: each), then 12-row ones (three batches reach 10), then the sink's own (a million: the rest
+#: at once), so that every restart groups the rows after it otherwise than the run before.
+REGROUPED = (4, 10, None)
+
+
+def commit_rows(target: Path) -> list[int]:
+    """The rows each commit of a Delta table added, in order."""
+    sizes, before = [], 0
+    for version in range(DeltaTable(str(target)).version() + 1):
+        rows = DeltaTable(str(target), version=version).to_pyarrow_table().num_rows
+        sizes.append(rows - before)
+        before = rows
+    return sizes
+
+
+@pytest.mark.parametrize("point", ["delivery.between", "state.before-commit"])
+def test_a_restart_with_other_delivery_bounds_delivers_each_row_once(
+    point: str, table: str, reference: dict[str, list[Row]], tmp_path: Path
+) -> None:
+    """Delivery boundaries need not survive a restart: the delta sink's stream, stopped
+    between two deliveries of a version (state committed) or with the target's commit made
+    and the state's not (the target's txn is ahead: the stream resumes there), then run with
+    another ``max_rows_per_delivery`` each time, holds each row exactly once."""
+    base = job(table, tmp_path, "version", sink_spec("delta", tmp_path, ""))
+    *crashing, last = REGROUPED
+    for rows in crashing:
+        crash = f"{point}:{NTH_PASS[point]}"
+        assert run_job(replace(base, crash=crash, rows_per_delivery=rows)) == CRASH_EXIT_STATUS
+    assert run_job(replace(base, rows_per_delivery=last)) == 0
+    assert exactly_once_rows("delta", tmp_path) == expected_rows("delta", reference["version"])
+    sizes = commit_rows(tmp_path / "delta")
+    # One batch, then three, then the rest in one commit (after a crash after the target's
+    # commit, the commit the crashed run made is kept, and not repeated).
+    head = [4, 12] if point == "delivery.between" else [4, 4, 12, 12]
+    assert sizes[: len(head)] == head and len(sizes) == len(head) + 1, sizes
+    assert sum(sizes) == len(reference["version"])
+
+
 def test_every_point_is_covered() -> None:
     covered = {(s, p) for s, _, p in (c.values for c in cases())}
     for kind in SINKS.values():

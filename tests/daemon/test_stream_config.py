@@ -18,14 +18,25 @@ import pytest
 from deltastream.cli import _build_parser, _tail_config, run
 from deltastream.daemon import api
 from deltastream.daemon.config import TABLE_KEYS, load_config, parse_config
+from deltastream.daemon.delivery import COMMIT_ROWS_PER_DELIVERY, ROWS_PER_DELIVERY
 from deltastream.daemon.service import ServiceConfig
-from deltastream.daemon.stream_config import OPTIONS, TailOptions
+from deltastream.daemon.sinks import (
+    CallbackSink,
+    DeltaSink,
+    ExecSink,
+    HttpSink,
+    JsonlSink,
+    ParquetSink,
+    PostgresSink,
+)
+from deltastream.daemon.stream_config import MAX_BYTES_PER_DELIVERY, OPTIONS, TailOptions
 from deltastream.daemon.tailer import Mode, OnMissingFile, StartFrom, TailConfig
 from deltastream.errors import InvalidArgumentError
 
 IDENTITY = {"name": "t", "uri": "/t", "sink": "jsonl:-", "state": "/s"}
 CLI_IDENTITY = ["tail", "/t", "--sink", "jsonl:-", "--state", "/s", "--name", "t"]
 
+SIZE = "must be a number of bytes >= 1 or a size such as 512m or 1g"
 #: (key, value, what the message says the value must be): refused by all three front ends.
 BAD_VALUES = [
     ("notifications", "false", "must be true or false"),
@@ -39,6 +50,12 @@ BAD_VALUES = [
     ("max_rows_per_delivery", 0, "must be a whole number >= 1"),
     ("max_rows_per_delivery", -5, "must be a whole number >= 1"),
     ("max_rows_per_delivery", True, "must be a whole number >= 1"),
+    ("max_bytes_per_delivery", 0, SIZE),
+    ("max_bytes_per_delivery", "0k", SIZE),
+    ("max_bytes_per_delivery", "lots", SIZE),
+    ("max_bytes_per_delivery", "1.5g", SIZE),
+    ("max_bytes_per_delivery", 1.5, SIZE),
+    ("max_bytes_per_delivery", True, SIZE),
     ("checkpoint_every_versions", -1, "must be a whole number >= 1"),
     ("checkpoint_every_seconds", -1, "must be a number of seconds >= 0"),
     ("checkpoint_every_seconds", math.nan, "must be a number of seconds >= 0"),
@@ -95,6 +112,9 @@ def test_defaults_are_the_same_everywhere(api_config: Any) -> None:
         True,
         False,
     )
+    # Rows: the sink's own (resolved_max_rows_per_delivery); bytes: 128 MiB.
+    assert defaults.max_rows_per_delivery is None
+    assert defaults.max_bytes_per_delivery == MAX_BYTES_PER_DELIVERY == 128 << 20
 
 
 def test_every_option_is_a_toml_key_a_flag_and_a_keyword(
@@ -120,6 +140,7 @@ def test_every_option_given_everywhere_is_the_same(api_config: Any) -> None:
         on_missing_file="skip",
         infer_without_cdf=True,
         max_rows_per_delivery=10,
+        max_bytes_per_delivery="64k",
         checkpoint_every_versions=5,
         checkpoint_every_seconds=0,
         **{"from": 3},
@@ -134,6 +155,7 @@ def test_every_option_given_everywhere_is_the_same(api_config: Any) -> None:
         "--on-missing-file=skip",
         "--infer-without-cdf",
         "--max-rows-per-delivery=10",
+        "--max-bytes-per-delivery=65536",
         "--checkpoint-every-versions=5",
         "--checkpoint-every-seconds=0",
     )
@@ -147,6 +169,7 @@ def test_every_option_given_everywhere_is_the_same(api_config: Any) -> None:
         on_missing_file=OnMissingFile.SKIP,
         infer_without_cdf=True,
         max_rows_per_delivery=10,
+        max_bytes_per_delivery=64 << 10,
         checkpoint_every_versions=5,
         checkpoint_every_seconds=0,
     )
@@ -191,6 +214,61 @@ def test_cli_refuses_counts(text: str, capsys: pytest.CaptureFixture[str]) -> No
     assert capsys.readouterr().err == (
         f"deltastream: error: '--max-rows-per-delivery' must be a whole number >= 1, not {text!r}\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("134217728", 128 << 20),
+        ("128m", 128 << 20),
+        ("128MiB", 128 << 20),
+        ("128 MB", 128 << 20),
+        ("1g", 1 << 30),
+        ("512k", 512 << 10),
+        ("1", 1),
+    ],
+)
+def test_sizes_are_numbers_or_text_with_a_unit(api_config: Any, text: str, size: int) -> None:
+    """The rule of deltastream.sizes (the Spark source's maxBytesPerTrigger takes the same)."""
+    assert cli_config(f"--max-bytes-per-delivery={text}").max_bytes_per_delivery == size
+    assert toml_config(max_bytes_per_delivery=text).max_bytes_per_delivery == size
+    assert api_config(max_bytes_per_delivery=text).max_bytes_per_delivery == size
+    assert toml_config(max_bytes_per_delivery=size).max_bytes_per_delivery == size
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1.5m", "lots", "1e9", "", "true"])
+def test_cli_refuses_sizes(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*CLI_IDENTITY, f"--max-bytes-per-delivery={text}"]) == 2
+    assert capsys.readouterr().err == (
+        f"deltastream: error: '--max-bytes-per-delivery' {SIZE}, not {text!r}\n"
+    )
+
+
+def test_rows_per_delivery_are_the_sinks_unless_given(tmp_path: Path) -> None:
+    """Unset, a stream's deliveries hold the rows its sink works best with (a costly commit
+    per delivery: a million; else 100,000, as the --help says); given, the setting wins."""
+    pytest.importorskip("deltalake")
+    pytest.importorskip("psycopg")
+    commits = [DeltaSink(str(tmp_path / "d")), PostgresSink("postgresql://h/db?table=t")]
+    others = [
+        JsonlSink(str(tmp_path / "o.jsonl")),
+        ParquetSink(str(tmp_path / "p")),
+        HttpSink("http://localhost:1/"),
+        ExecSink("true"),
+        CallbackSink(print),
+    ]
+    unset, given = (
+        TailConfig(name="t", uri="/t", state="/s"),
+        cli_config("--max-rows-per-delivery=7"),
+    )
+    for sink in commits:
+        assert unset.resolved_max_rows_per_delivery(sink) == COMMIT_ROWS_PER_DELIVERY == 1_000_000
+    for sink in others:
+        assert unset.resolved_max_rows_per_delivery(sink) == ROWS_PER_DELIVERY == 100_000
+    for sink in commits + others:
+        assert given.resolved_max_rows_per_delivery(sink) == 7
+    text = OPTIONS["max_rows_per_delivery"].help
+    assert "1000000 for the delta and postgresql sinks" in text and "100000 for the others" in text
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-1", "soon"])

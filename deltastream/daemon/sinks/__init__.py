@@ -29,6 +29,12 @@ the stream's ``sink_options`` (default: the table's ``storage_options`` when bot
 object stores of one kind), given to :func:`parse_sink` as ``stream``; without one, each
 sink takes the settings' defaults.
 
+Each sink says how many rows per delivery it works best with
+(:attr:`~deltastream.daemon.delivery.Sink.rows_per_delivery`): the delta and PostgreSQL
+sinks, whose every delivery is one commit with a large fixed cost, 1,000,000, the others
+100,000; a stream's ``max_rows_per_delivery`` overrides it, and its
+``max_bytes_per_delivery`` bounds every delivery's memory.
+
 How exactly-once works. The tailer commits a delivery's end position together with the state
 ``deliver`` returned, atomically, only after ``deliver`` returned. A crash can come at any
 instant, so the destination may hold rows past the committed position: the one delivery in
@@ -71,8 +77,10 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
 At-least-once sinks may see rows again after a crash. The tailer makes the repeat identical:
 it commits where a round of deliveries ends before the round's first delivery, and a restart
 ends its first round there, so the repeated rows come in the same deliveries with the same
-``Idempotency-Key`` (``table_id:start-end``). A receiver that drops keys it has acknowledged
-gets every row exactly once; the ``start``/``end`` positions in each request say the same.
+``Idempotency-Key`` (``table_id:start-end``), as long as the stream's delivery bounds
+(``max_rows_per_delivery``, ``max_bytes_per_delivery``) are unchanged. A receiver that drops
+keys it has acknowledged gets every row exactly once; the ``start``/``end`` positions in each
+request say the same.
 The exec sink passes the key as ``DELTASTREAM_IDEMPOTENCY_KEY``.
 
 Deliveries with no rows (a version that changed no data still advances the position) write

@@ -54,7 +54,15 @@ import pyarrow.compute as pc
 
 from deltastream.changes.planner import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
-from deltastream.daemon.delivery import Delivery, Guarantee, HeldPosition, Position, Sink, StreamRef
+from deltastream.daemon.delivery import (
+    COMMIT_ROWS_PER_DELIVERY,
+    Delivery,
+    Guarantee,
+    HeldPosition,
+    Position,
+    Sink,
+    StreamRef,
+)
 from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, _reset_hint, log
 from deltastream.errors import (
     DeltaStreamError,
@@ -372,6 +380,8 @@ class DeltaSink(Sink):
     """
 
     guarantee: Guarantee = "exactly-once"
+    #: Each delivery is one commit, whose fixed cost dominates small deliveries.
+    rows_per_delivery = COMMIT_ROWS_PER_DELIVERY
 
     def __init__(
         self,

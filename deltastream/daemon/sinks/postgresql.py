@@ -78,6 +78,7 @@ import pyarrow.csv as pcsv
 from deltastream.changes.planner import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import (
+    COMMIT_ROWS_PER_DELIVERY,
     Delivery,
     Guarantee,
     HeldPosition,
@@ -319,6 +320,8 @@ class PostgresSink(Sink):
     """
 
     guarantee: Guarantee = "exactly-once"
+    #: Each delivery is one commit, whose fixed cost dominates small deliveries.
+    rows_per_delivery = COMMIT_ROWS_PER_DELIVERY
 
     def __init__(
         self,
