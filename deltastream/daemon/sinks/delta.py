@@ -123,7 +123,8 @@ def encode_position(position: Position) -> int:
     if position.offset >= 1 << _OFFSET_BITS or position.version >= _VERSION_LIMIT:
         raise InvalidArgumentError(
             f"position {position} cannot be a Delta txn version: the offset must be below "
-            f"2**31 rows (lower max_rows_per_delivery) and the version below 2**31"
+            f"2**31 rows (a version with more change rows than that cannot be delivered to a "
+            f"delta target) and the version below 2**31"
         )
     return (position.version << 32) | (int(position.snapshot) << _OFFSET_BITS) | position.offset
 
