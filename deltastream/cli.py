@@ -238,7 +238,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "reset",
         help="start a stream over: discard what it wrote to its sink, then its state",
         description="Discards what the stream wrote to its sink (a jsonl file, its parquet "
-        "files; nothing for http, exec and jsonl:-) and then its state (position and saved "
+        "files, the rows of a PostgreSQL or Delta target table; nothing for http, exec and "
+        "jsonl:-) and then its state (position and saved "
         "snapshots), so that its next run starts afresh. Refuses while the stream runs. It "
         "records itself in the state directory first: a reset cut short blocks the stream "
         "until it is run again.",

@@ -15,9 +15,10 @@ with the rows of a run that never crashed (itself checked against delta-rs):
   has seen gets exactly the reference rows).
 
 Then the reset (``deltastream reset``), stopped at each of its points (after it recorded
-itself, after each output file it removed, after the state), once and twice in a row, for
-every sink: the stream refuses to start (``ResetIncompleteError``, touching nothing) until the
-reset is run again, and then delivers every row from the start exactly as the reference run.
+itself; after each output file it removed, or the transaction or Delta commit that emptied a
+target table; after the state), once and twice in a row, for every sink: the stream refuses
+to start (``ResetIncompleteError``, touching nothing) until the reset is run again, and then
+delivers every row from the start exactly as the reference run.
 """
 
 from __future__ import annotations
@@ -165,9 +166,10 @@ AT_LEAST_ONCE_POINTS = DELIVERY_POINTS - {"sink.after-fsync"}
 SINKS = {
     "jsonl": SinkKind("jsonl", True, DELIVERY_POINTS, reset_removes_output=True),
     "parquet": SinkKind("parquet", True, DELIVERY_POINTS, reset_removes_output=True),
-    # The target's commit is the write: there is no fsync of the sink's own.
-    "delta": SinkKind("delta", True, AT_LEAST_ONCE_POINTS),
-    "delta-merge": SinkKind("delta-merge", True, AT_LEAST_ONCE_POINTS),
+    # The target's commit is the write: there is no fsync of the sink's own. A reset
+    # removes the rows and releases the stream's txn in one commit.
+    "delta": SinkKind("delta", True, AT_LEAST_ONCE_POINTS, reset_removes_output=True),
+    "delta-merge": SinkKind("delta-merge", True, AT_LEAST_ONCE_POINTS, reset_removes_output=True),
     "http": SinkKind("http", False, AT_LEAST_ONCE_POINTS),
     "exec": SinkKind("exec", False, AT_LEAST_ONCE_POINTS),
     "callback": SinkKind("callback", False, AT_LEAST_ONCE_POINTS),
@@ -425,6 +427,9 @@ RESET_PASSES = {
     # One transaction empties the table and removes the stream's offsets row.
     "postgresql": {"reset.marked": (1,), "reset.output-file": (1,), "reset.state": (1,)},
     "postgresql-merge": {"reset.marked": (1,), "reset.output-file": (1,), "reset.state": (1,)},
+    # One Delta commit removes every row and releases the stream's txn.
+    "delta": {"reset.marked": (1,), "reset.output-file": (1,), "reset.state": (1,)},
+    "delta-merge": {"reset.marked": (1,), "reset.output-file": (1,), "reset.state": (1,)},
 }
 
 
@@ -488,6 +493,8 @@ def test_a_reset_killed_at_each_point_blocks_the_stream_until_run_again(
     assert run_job(reset) == 0  # finishes it
     assert not (Path(state) / "reset.json").exists()
     assert not list(Path(state).glob(".*.tmp"))
+    if sink.startswith(("delta", "postgresql")):  # the target table stays, emptied
+        assert exactly_once_rows(sink, tmp_path, pg_url) == []
     # Delivered again from the start, each row once (what at-least-once sinks received
     # before the reset is theirs to keep: only the new run is compared).
     with receiver.lock:
@@ -496,8 +503,6 @@ def test_a_reset_killed_at_each_point_blocks_the_stream_until_run_again(
         old.unlink(missing_ok=True)
     assert run_job(stream) == 0
     if SINKS[sink].exactly_once:
-        # (A Delta target keeps its rows and its txn through a reset: the stream resumes
-        # where the target is, and the target still holds every row once.)
         expected = expected_rows(sink, reference["version"])
         assert exactly_once_rows(sink, tmp_path, pg_url) == expected
     else:

@@ -37,22 +37,27 @@ from tailing import (
 
 from deltastream.daemon.config import parse_config
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
+from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.sinks import DeltaSink, parse_sink
 from deltastream.daemon.sinks.delta import (
+    RELEASED,
     app_id,
     decode_position,
     delta_storage_options,
     encode_position,
     last_changes,
+    rows_in,
 )
 from deltastream.daemon.stream_config import Mode, StartFrom, TailConfig, tail_config
 from deltastream.daemon.tailer import Tailer
 from deltastream.errors import (
     InvalidArgumentError,
+    SinkInUseError,
     SinkRecoveryError,
     SinkRejectedError,
 )
 from deltastream.snapshot.loader import load_table_state
+from deltastream.snapshot.reconcile import FILES_SCHEMA
 from deltastream.storage import open_store
 from deltastream.storage.azure.options import EMULATOR_KEY
 
@@ -94,6 +99,12 @@ async def deltastream_txns(uri: str, options: Mapping[str, str] | None = None) -
     async with open_store(uri, options) as store:
         state, _ = await load_table_state(store)
     return {a: t.version for a, t in state.txns.items()}
+
+
+def wrong_schema_table() -> pa.Table:
+    """No rows, and a ``name`` column of another type than the sources' (``id long, name
+    long``)."""
+    return pa.table({"id": pa.array([], pa.int64()), "name": pa.array([], pa.int64())})
 
 
 def delivery(start: Position, end: Position, rows: pa.Table, table_id: str = "tid") -> Delivery:
@@ -250,7 +261,7 @@ async def test_a_new_column_in_the_source_reaches_the_target(tmp_path: Path) -> 
 async def test_a_target_whose_schema_does_not_fit_is_refused_naming_both(tmp_path: Path) -> None:
     uri, target = str(tmp_path / "src"), str(tmp_path / "out")
     create_table(uri, rows=4)
-    write_deltalake(target, pa.table({"id": pa.array([1], pa.int64()), "name": [7]}))
+    write_deltalake(target, wrong_schema_table())  # empty: a stream may take it
     with pytest.raises(SinkRejectedError) as caught:
         await Tailer(config(uri, tmp_path / "state"), parse_sink(f"delta:{target}")).run()
     message = str(caught.value)
@@ -564,7 +575,7 @@ def the_error(done: subprocess.CompletedProcess[str]) -> str:
 def test_the_command_line_reports_a_delta_sink_failure_in_one_line(tmp_path: Path) -> None:
     uri, target, state = str(tmp_path / "src"), str(tmp_path / "out"), str(tmp_path / "s")
     create_table(uri, rows=3)
-    write_deltalake(target, pa.table({"id": pa.array([1], pa.int64()), "name": [7]}))
+    write_deltalake(target, wrong_schema_table())
     tail = ("tail", uri, "--mode", "follow", "--from", "0", "--state", state)
     done = run_cli(*tail, "--sink", f"delta:{target}")
     assert the_error(done).startswith(
@@ -674,7 +685,7 @@ async def test_partition_by_partitions_a_new_target_and_must_match_an_existing_o
     assert target_changes(target) == expected_changes(uri, 0, 0)
     with pytest.raises(SinkRejectedError, match=r"is partitioned by \(part\), not by \(name\)"):
         spec = f"delta:{target}-2?partition_by=name"
-        write_deltalake(f"{target}-2", batch([1]), partition_by=["part"])
+        write_deltalake(f"{target}-2", batch([]), partition_by=["part"])
         await Tailer(config(uri, tmp_path / "b"), parse_sink(spec)).run()
 
 
@@ -704,3 +715,265 @@ async def test_a_commit_replacing_rows_keeps_them_in_the_mirror(
     cfg = config(uri, tmp_path / "state", max_rows_per_delivery=rows_per_delivery)
     await run_until(cfg, parse_sink(f"delta:{target}?mode=merge&key=id"), 1)
     assert rows_of(target) == rows_of(uri) and (4, "new4", "p1") in rows_of(target)
+
+
+# ------------------------------------------------------------------------- reset
+
+
+async def reset(name: str, spec: str, state: Path) -> list[str]:
+    async with parse_sink(spec) as sink:
+        return await reset_stream(name, sink, str(state))
+
+
+def last_commit(uri: str) -> dict[str, Any]:
+    return DeltaTable(uri).history(1)[0]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("query", ["", "?mode=merge&key=id"])
+async def test_a_reset_removes_the_rows_and_releases_the_txn_in_one_commit(
+    tmp_path: Path, query: str
+) -> None:
+    """Then the stream starts afresh into the same target: every change row once (a
+    mirror: the source's rows), and a second reset is harmless."""
+    uri, target, state = str(tmp_path / "src"), str(tmp_path / "out"), tmp_path / "state"
+    latest = source_with_history(uri)
+    spec = f"delta:{target}{query}"
+    await run_until(config(uri, state), parse_sink(spec), latest)
+    held = DeltaTable(target)
+    before, rows = held.version(), held.to_pyarrow_table().num_rows
+    app = app_id(STREAM, DeltaTable(uri).metadata().id)
+    assert rows and (await deltastream_txns(target))[app] == encode_position(Position(latest + 1))
+
+    removed = await reset(STREAM, spec, state)
+    assert removed[0] == f"the rows of delta:{target} ({rows} rows, commit v{before + 1})"
+    assert f"{state}/position.json" in removed[1:]
+    assert DeltaTable(target).version() == before + 1  # one commit: the rows and the txn
+    assert last_commit(target)["operation"] == "DELETE"
+    assert DeltaTable(target).to_pyarrow_table().num_rows == 0
+    assert await deltastream_txns(target) == {app: RELEASED}
+    assert DeltaTable(target).transaction_version(app) == RELEASED
+    assert not (state / "reset.json").exists()
+
+    # Twice: nothing of the stream's is left, nothing is committed.
+    assert await reset(STREAM, spec, state) == []
+    assert DeltaTable(target).version() == before + 1
+
+    tailer = await run_until(config(uri, state), parse_sink(spec), latest)
+    assert tailer.position == Position(latest + 1)
+    if query:
+        assert rows_of(target) == rows_of(uri)
+    else:
+        assert target_changes(target) == expected_changes(uri, 0, latest)
+    assert await deltastream_txns(target) == {app: encode_position(Position(latest + 1))}
+
+
+@pytest.mark.anyio
+async def test_a_reset_of_a_target_with_no_rows_left_releases_its_txn(tmp_path: Path) -> None:
+    """The stream's rows deleted by another writer: delta-rs's delete has nothing to remove
+    and commits nothing, so the reset commits the released txn alone."""
+    target = str(tmp_path / "out")
+    sink = DeltaSink(target)
+    await sink.recover(StreamRef(STREAM, "state"), None, {})
+    await sink.deliver(delivery(Position(1), Position(2), changes([1, 2], "insert", 1)))
+    DeltaTable(target).delete("id > 0")
+    version = DeltaTable(target).version()
+    removed = await DeltaSink(target).reset(StreamRef(STREAM, "state"))
+    assert removed == [f"the rows of delta:{target} (0 rows, commit v{version + 1})"]
+    assert DeltaTable(target).version() == version + 1
+    assert await deltastream_txns(target) == {app_id(STREAM, "tid"): RELEASED}
+
+
+@pytest.mark.anyio
+async def test_a_reset_of_another_streams_target_is_refused_touching_nothing(
+    tmp_path: Path,
+) -> None:
+    uri, target = str(tmp_path / "src"), str(tmp_path / "out")
+    create_table(uri, rows=4)
+    await run_until(config(uri, tmp_path / "a"), parse_sink(f"delta:{target}"), 0)
+    before = DeltaTable(target).version()
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "keep").write_text("b's")
+    with pytest.raises(SinkInUseError) as caught:
+        await reset("b", f"delta:{target}", other)
+    assert str(caught.value) == (
+        f"delta:{target}: the table at {target} is owned by another stream, 's' (txn appId "
+        f"'deltastream:s:{DeltaTable(uri).metadata().id}', up to v1); a delta target holds "
+        "one stream's rows: a reset of 'b' leaves it alone; nothing was touched. To start "
+        "'s' over, reset that stream"
+    )
+    assert DeltaTable(target).version() == before
+    assert target_changes(target) == expected_changes(uri, 0, 0)
+    assert sorted(p.name for p in other.iterdir()) == ["keep"]  # no reset recorded
+    # The owner's own reset goes on as usual.
+    await run_until(config(uri, tmp_path / "a"), parse_sink(f"delta:{target}"), 0)
+
+
+@pytest.mark.anyio
+async def test_a_table_holding_rows_no_stream_accounts_for_is_refused_at_start(
+    tmp_path: Path,
+) -> None:
+    """Neither appended nor merged into, and a reset leaves it as it is."""
+    uri, target, state = str(tmp_path / "src"), str(tmp_path / "out"), tmp_path / "state"
+    create_table(uri, rows=4)
+    write_deltalake(target, batch([1, 2, 3]))
+    write_deltalake(target, batch([4]), mode="append")
+    for spec in (f"delta:{target}", f"delta:{target}?mode=merge&key=id"):
+        with pytest.raises(SinkRecoveryError) as caught:
+            await Tailer(config(uri, state), parse_sink(spec)).run()
+        assert str(caught.value) == (
+            f"{spec}: the table at {target} holds rows that no stream's txn accounts for (4 "
+            "row(s) in 2 data file(s)); deltastream writes only to a new or empty Delta "
+            "table, or one it owns: name another target, or empty this one"
+        )
+    assert DeltaTable(target).version() == 1
+    assert await reset(STREAM, f"delta:{target}", state) == []
+    assert DeltaTable(target).version() == 1 and rows_of(target)[0] == (1, "x1", "p1")
+
+
+@pytest.mark.anyio
+async def test_an_empty_table_made_beforehand_is_taken_with_its_properties(
+    tmp_path: Path,
+) -> None:
+    uri, target = str(tmp_path / "src"), str(tmp_path / "out")
+    latest = source_with_history(uri, steps=3)
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("name", pa.string()),
+            ("part", pa.string()),
+            ("_change_type", pa.string()),
+            ("_commit_version", pa.int64()),
+            ("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    retention = {"delta.logRetentionDuration": "interval 7 days"}
+    DeltaTable.create(target, schema, partition_by=["part"], configuration=retention)
+    await run_until(config(uri, tmp_path / "state"), parse_sink(f"delta:{target}"), latest)
+    assert target_changes(target) == expected_changes(uri, 0, latest)
+    metadata = DeltaTable(target).metadata()
+    assert metadata.configuration == retention and metadata.partition_columns == ["part"]
+
+
+@pytest.mark.anyio
+async def test_a_released_table_can_be_taken_by_another_stream(tmp_path: Path) -> None:
+    uri, target = str(tmp_path / "src"), str(tmp_path / "out")
+    create_table(uri, rows=5)
+    spec = f"delta:{target}"
+    await run_until(config(uri, tmp_path / "a"), parse_sink(spec), 0)
+    await reset(STREAM, spec, tmp_path / "a")
+    await run_until(config(uri, tmp_path / "b", name="b"), parse_sink(spec), 0)
+    table_id = DeltaTable(uri).metadata().id
+    assert await deltastream_txns(target) == {
+        app_id(STREAM, table_id): RELEASED,
+        app_id("b", table_id): encode_position(Position(1)),
+    }
+    assert target_changes(target) == expected_changes(uri, 0, 0)
+    # Now 'b''s: the released stream is refused like any other.
+    with pytest.raises(SinkRecoveryError, match="is owned by another stream, 'b'"):
+        await Tailer(config(uri, tmp_path / "a"), parse_sink(spec)).run()
+
+
+@pytest.mark.anyio
+async def test_rows_written_into_a_released_table_are_refused_at_start(tmp_path: Path) -> None:
+    uri, target = str(tmp_path / "src"), str(tmp_path / "out")
+    create_table(uri, rows=3)
+    await run_until(config(uri, tmp_path / "a"), parse_sink(f"delta:{target}"), 0)
+    await reset(STREAM, f"delta:{target}", tmp_path / "a")
+    await run_until(config(uri, tmp_path / "b", name="b"), parse_sink(f"delta:{target}-2"), 0)
+    rows = DeltaTable(f"{target}-2").to_pyarrow_table()
+    write_deltalake(target, rows, mode="append")  # copied in by hand
+    version = DeltaTable(target).version()
+    for name in (STREAM, "c"):
+        with pytest.raises(SinkRecoveryError, match="holds rows that no stream's txn accounts"):
+            cfg = config(uri, tmp_path / name, name=name)
+            await Tailer(cfg, parse_sink(f"delta:{target}")).run()
+    assert DeltaTable(target).version() == version
+
+
+@pytest.mark.anyio
+async def test_a_reset_under_a_running_stream_stops_it_before_it_commits_again(
+    tmp_path: Path,
+) -> None:
+    """A Delta target has no lock a reset could wait for: the stream's next commit loses to
+    the reset's, and the txn read after it says the stream's position is gone."""
+    uri, target = str(tmp_path / "src"), str(tmp_path / "out")
+    create_table(uri, rows=3)
+    tailer = Tailer(config(uri, tmp_path / "state"), parse_sink(f"delta:{target}"))
+    failures: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await tailer.run()
+        except SinkRecoveryError as e:
+            failures.append(e)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await eventually(lambda: (tailer.position or Position(-1)) >= Position(1))
+        await DeltaSink(target).reset(StreamRef(STREAM, "elsewhere"))
+        write_deltalake(uri, batch([10, 11]), mode="append")
+        await eventually(lambda: bool(failures))
+    message = str(failures[0])
+    assert "and the table at" in message and "(its txn: released)" in message
+    assert message.endswith("reset or replaced while the stream ran; nothing was committed")
+    assert DeltaTable(target).to_pyarrow_table().num_rows == 0
+
+
+def test_rows_are_counted_from_the_log() -> None:
+    def file(stats: str | None, deleted: int | None = None) -> dict[str, Any]:
+        dv = None if deleted is None else {"storageType": "u", "cardinality": deleted}
+        return {"path": "f", "stats": stats, "deletionVector": dv}
+
+    def count(*files: dict[str, Any]) -> tuple[int, int | None]:
+        return rows_in(pa.Table.from_pylist(list(files), schema=FILES_SCHEMA))
+
+    assert count() == (0, 0)
+    assert count(file('{"numRecords":0}'), file('{"numRecords":4}', deleted=4)) == (0, 0)
+    assert count(file('{"numRecords":3}'), file('{"numRecords":4}', deleted=1)) == (2, 6)
+    assert count(file('{"numRecords":0}'), file(None)) == (1, None)
+    assert count(file("{}")) == (1, None)
+
+
+@pytest.mark.anyio
+async def test_a_state_older_than_the_reset_is_refused_saying_so(tmp_path: Path) -> None:
+    """A copy of the state taken before the reset still says rows were committed: the
+    target, emptied and released, does not hold them."""
+    uri, target, state = str(tmp_path / "src"), str(tmp_path / "out"), tmp_path / "state"
+    create_table(uri, rows=3)
+    await run_until(config(uri, state), parse_sink(f"delta:{target}"), 0)
+    shutil.copytree(state, tmp_path / "copy")
+    await reset(STREAM, f"delta:{target}", state)
+    with pytest.raises(SinkRecoveryError) as caught:
+        await Tailer(config(uri, tmp_path / "copy"), parse_sink(f"delta:{target}")).run()
+    assert (
+        "but its state in "
+        f"{tmp_path / 'copy'} says rows up to v1 were committed there: the stream's rows were "
+        "removed by a reset (its txn is released); nothing was touched" in str(caught.value)
+    )
+
+
+@pytest.mark.anyio
+async def test_a_sink_whose_target_was_reset_under_it_commits_nothing(tmp_path: Path) -> None:
+    """Whether the sink's view of the target is from before the reset (its commit loses to
+    the reset's) or loaded after it (the txn it finds is released)."""
+    target = str(tmp_path / "out")
+    stale, fresh = DeltaSink(target, base_delay=0.0), DeltaSink(target, base_delay=0.0)
+    await stale.recover(StreamRef(STREAM, "state"), None, {})
+    await stale.deliver(delivery(Position(1), Position(2), changes([1, 2], "insert", 1)))
+    await fresh.recover(StreamRef(STREAM, "state"), Position(2), {})
+    await DeltaSink(target).reset(StreamRef(STREAM, "state"))
+    version = DeltaTable(target).version()
+    later = delivery(Position(2), Position(3), changes([3], "insert", 2))
+    for sink in (fresh, stale):
+        with pytest.raises(SinkRecoveryError) as caught:
+            await sink.deliver(later)
+        assert str(caught.value).endswith(
+            f"the table at {target} no longer holds the stream's position v2 (its txn: "
+            "released): the target was reset or replaced while the stream ran; nothing was "
+            "committed"
+        )
+    assert str(caught.value).startswith(f"delta:{target}: the commit of 1 rows of s (v2 to v3) ")
+    assert DeltaTable(target).version() == version
+    assert DeltaTable(target).to_pyarrow_table().num_rows == 0

@@ -62,7 +62,9 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
 * ``delta:URI`` commits the stream's position in the target's own transaction: each commit
   carries a ``txn`` action (:mod:`~deltastream.daemon.sinks.delta`), and ``recover`` returns
   it as a :class:`~deltastream.daemon.delivery.HeldPosition`, where the stream resumes.
-  Nothing is ever undone; a reset leaves the target's rows (and its ``txn``) as they are.
+  Nothing is ever undone in recovery. A reset removes every row of a target holding the
+  stream's ``txn`` and releases the ``txn`` (version -1), in one Delta commit; an existing
+  table holding rows that no stream's ``txn`` accounts for is refused.
 * ``postgresql://...`` commits the rows and the stream's position in one transaction of the
   target database (its offsets table), and ``recover`` returns that position
   (:class:`~deltastream.daemon.delivery.HeldPosition`): the stream resumes where the

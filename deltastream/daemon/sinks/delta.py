@@ -29,22 +29,39 @@ post-commit hook writes a checkpoint by). New columns in the rows reach the targ
 schema merge); any other difference between the rows' schema and the target's raises
 :class:`~deltastream.errors.SinkRejectedError` naming both, as does a merge key missing or
 null; nothing is committed then. A target holding another stream's ``txn`` is refused
-(:class:`~deltastream.errors.SinkRecoveryError` naming the stream). A commit that loses to a
-concurrent writer (delta-rs's ``CommitFailedError``) or fails in the store is retried with
-the project's backoff (:func:`~deltastream.storage.retry.backoff_delay`), each retry reported
-to the ``retry_listener``.
+(:class:`~deltastream.errors.SinkRecoveryError` naming the stream), and so is an existing
+target that holds rows no stream's ``txn`` accounts for: a stream appends to, or merges
+into, a new table, an empty one (made beforehand with the user's own properties, or emptied
+by a reset) or its own. Whether a table holds rows is read from its log alone, with
+deltastream's log reader: the live files' ``numRecords`` statistics less their deletion
+vectors' cardinality (:func:`rows_in`; a file without statistics counts as holding rows). A
+commit that loses to a concurrent writer (delta-rs's ``CommitFailedError``) or fails in the
+store is retried with the project's backoff (:func:`~deltastream.storage.retry.backoff_delay`),
+each retry reported to the ``retry_listener``. A target whose ``txn`` for the stream is
+found behind the stream's position (reset or replaced while the stream ran: read after a
+failed commit, and whenever the sink loads the table anew) stops the stream instead, nothing
+committed.
+
+Reset (:meth:`DeltaSink.reset`, ``deltastream reset``): one commit (delta-rs's ``delete``
+without a predicate: every file removed, none read or written) removes every row of a
+target holding the stream's ``txn`` and sets that ``txn``'s version to :data:`RELEASED`
+(-1). A negative version is *released* (:func:`is_released`, the one place saying so): it
+owns nothing, so the stream starts afresh and another stream may take the emptied table. A
+target of another stream is refused before the reset records itself, touching nothing; a
+table with none of the stream's ``txn`` is left as it is.
 
 ``deltalake`` (delta-rs) is the writer, in the ``delta`` extra; it is imported on first use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 from urllib.parse import parse_qs
 
 import anyio
@@ -68,13 +85,16 @@ from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,
     SinkError,
+    SinkInUseError,
     SinkRecoveryError,
     SinkRejectedError,
     SinkSchemaError,
     StorageError,
     TableNotFoundError,
 )
+from deltastream.read.predicates.stats import StatsReader
 from deltastream.snapshot.loader import load_table_state
+from deltastream.snapshot.reconcile import LogState
 from deltastream.storage import open_store, require_extra
 from deltastream.storage.paths import store_kind
 from deltastream.storage.retry import RetryPolicy, call_with_retries
@@ -83,14 +103,21 @@ if TYPE_CHECKING:
     import deltalake
 
 __all__ = [
+    "RELEASED",
     "DeltaSink",
     "DeltaSpec",
+    "StreamTxn",
     "app_id",
     "decode_position",
     "delta_storage_options",
     "encode_position",
+    "is_released",
+    "owning_txns",
     "parse_app_id",
+    "rows_in",
 ]
+
+T = TypeVar("T")
 
 #: Every ``appId`` this sink writes starts so: others (a Spark query's) are not streams'.
 APP_ID_PREFIX: Final = "deltastream:"
@@ -130,10 +157,61 @@ def encode_position(position: Position) -> int:
 
 
 def decode_position(txn_version: int) -> Position:
-    if txn_version < 0:
-        raise ValueError(f"not a deltastream txn version: {txn_version}")
+    if is_released(txn_version):
+        raise ValueError(f"not a deltastream position: {txn_version} (a released txn)")
     offset = txn_version & ((1 << _OFFSET_BITS) - 1)
     return Position(txn_version >> 32, bool(txn_version >> _OFFSET_BITS & 1), offset)
+
+
+#: The ``txn`` version a reset commits for the stream it releases (see :func:`is_released`).
+RELEASED: Final = -1
+
+
+def is_released(txn_version: int) -> bool:
+    """Whether a deltastream ``txn`` version says its stream was released by a reset (the
+    commit that removed the stream's rows): any negative version, since every position
+    encodes to one >= 0 (:func:`encode_position`). A released ``txn`` owns nothing: another
+    stream may take the (emptied) table, and its own stream starts it afresh. (The Delta
+    protocol's ``txn.version`` is any long; delta-rs writes, reads and checkpoints a
+    negative one as it is.)"""
+    return txn_version < 0
+
+
+@dataclass(frozen=True)
+class StreamTxn:
+    """A deltastream ``txn`` of a target that owns it (not released)."""
+
+    stream: str
+    table_id: str
+    app_id: str
+    version: int
+
+
+def owning_txns(txns: Mapping[str, int]) -> list[StreamTxn]:
+    """The ``txn`` versions of a target (by appId) that make it a stream's: those of
+    :func:`app_id`'s form, not released (:func:`is_released`), in appId order."""
+    owning = []
+    for app, version in sorted(txns.items()):
+        parsed = parse_app_id(app)
+        if parsed is not None and not is_released(version):
+            owning.append(StreamTxn(parsed[0], parsed[1], app, version))
+    return owning
+
+
+def rows_in(files: pa.Table) -> tuple[int, int | None]:
+    """How many of a table's live files (``add`` actions, as deltastream's log reader
+    reconciles them) may hold rows, and how many rows they hold (``None``: some file's
+    statistics do not say). A file holds ``numRecords`` rows less its deletion vector's
+    cardinality; one without ``numRecords`` may hold rows. Nothing but the log is read."""
+    if not files.num_rows:
+        return 0, 0
+    records = StatsReader(files, ()).num_records
+    deleted = pc.fill_null(pc.struct_field(files["deletionVector"], "cardinality"), 0)
+    live = pc.subtract(records, deleted)
+    empty = pc.fill_null(pc.equal(live, pa.scalar(0, pa.int64())), False)
+    holding = files.num_rows - int(pc.sum(pc.cast(empty, pa.int64())).as_py() or 0)
+    known = None if live.null_count else int(pc.sum(live).as_py() or 0)
+    return holding, known
 
 
 # ------------------------------------------------------------------------------ the spec
@@ -425,59 +503,133 @@ class DeltaSink(Sink):
 
     # -------------------------------------------------------------- recovery
 
-    async def _target_txns(self) -> Mapping[str, int] | None:
-        """The target's ``txn`` versions by appId, read with deltastream's log reader;
-        ``None`` if there is no table at the target yet."""
+    async def _target_state(self, *, files: bool = False) -> LogState | None:
+        """The target's state read with deltastream's log reader (with ``files``, its live
+        files too); ``None`` if there is no table at the target yet."""
         try:
             async with open_store(self.uri, self._store_options) as store:
-                state, _ = await load_table_state(store)
+                state, _ = await load_table_state(store, files=files)
         except TableNotFoundError:
             return None
-        return {a: t.version for a, t in state.txns.items()}
+        return state
+
+    async def _target_txns(self) -> Mapping[str, int] | None:
+        """The target's ``txn`` versions by appId; ``None`` if there is no table yet."""
+        state = await self._target_state()
+        return None if state is None else {a: t.version for a, t in state.txns.items()}
+
+    def _owned(self, txns: Mapping[str, int], stream: StreamRef, *, reset: bool) -> list[StreamTxn]:
+        """``stream``'s owning txns of the target; another stream's raises, naming it (at a
+        reset as :class:`SinkInUseError`, like the other sinks' resets: nothing touched)."""
+        ours = []
+        for txn in owning_txns(txns):
+            if txn.stream != stream.name:
+                problem = (
+                    f"the table at {self.uri} is owned by another stream, {txn.stream!r} (txn "
+                    f"appId {txn.app_id!r}, up to {decode_position(txn.version)}); a delta "
+                    "target holds one stream's rows: "
+                )
+                if reset:
+                    raise SinkInUseError(
+                        self._spec,
+                        problem + f"a reset of {stream.name!r} leaves it alone; nothing was "
+                        f"touched. To start {txn.stream!r} over, reset that stream",
+                    )
+                raise SinkRecoveryError(
+                    self._spec, problem + f"give stream {stream.name!r} a table of its own"
+                )
+            ours.append(txn)
+        return ours
 
     async def recover(
         self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
     ) -> HeldPosition | None:
         self._stream = stream.name
         self._table = None
-        txns = await self._target_txns() or {}
-        ours: list[tuple[str, int]] = []
-        for app, version in sorted(txns.items()):
-            parsed = parse_app_id(app)
-            if parsed is None:
-                continue
-            name, table_id = parsed
-            if name != stream.name:
-                raise SinkRecoveryError(
-                    self._spec,
-                    f"the table at {self.uri} is owned by another stream, {name!r} (txn appId "
-                    f"{app!r}, up to {decode_position(version)}); a delta target holds one "
-                    f"stream's rows: give stream {stream.name!r} a table of its own",
-                )
-            ours.append((table_id, version))
+        txns = await self._target_txns()
+        ours = self._owned(txns or {}, stream, reset=False)
         if len(ours) > 1:
-            tables = ", ".join(t for t, _ in ours)
+            tables = ", ".join(t.table_id for t in ours)
             raise SinkRecoveryError(
                 self._spec,
                 f"the table at {self.uri} holds rows of stream {stream.name!r} from several "
                 f"tables ({tables}); give the stream a table of its own",
             )
-        if not ours:
-            self._held = None
-            recorded = state.get("txn") if committed is not None else None
-            if isinstance(recorded, int):
-                raise SinkRecoveryError(
-                    self._spec,
-                    f"the table at {self.uri} holds no rows of stream {stream.name!r}, but its "
-                    f"state in {stream.state_uri} says rows up to {decode_position(recorded)} "
-                    "were committed there: the target was replaced, or restored from before "
-                    "the stream's first commit; nothing was touched. "
-                    + _reset_hint(stream, self._spec),
-                )
-            return None
-        table_id, version = ours[0]
-        self._held = version
-        return HeldPosition(decode_position(version), table_id)
+        if ours:
+            self._held = ours[0].version
+            return HeldPosition(decode_position(ours[0].version), ours[0].table_id)
+        self._held = None
+        recorded = state.get("txn") if committed is not None else None
+        if isinstance(recorded, int):
+            released = any(
+                is_released(version) and parsed is not None and parsed[0] == stream.name
+                for app, version in (txns or {}).items()
+                for parsed in [parse_app_id(app)]
+            )
+            how = (
+                "the stream's rows were removed by a reset (its txn is released)"
+                if released
+                else "the target was replaced, or restored from before the stream's first commit"
+            )
+            raise SinkRecoveryError(
+                self._spec,
+                f"the table at {self.uri} holds no rows of stream {stream.name!r}, but its "
+                f"state in {stream.state_uri} says rows up to {decode_position(recorded)} "
+                f"were committed there: {how}; nothing was touched. "
+                + _reset_hint(stream, self._spec),
+            )
+        if txns is not None:
+            await self._check_empty()
+        return None
+
+    async def _check_empty(self) -> None:
+        """An existing target that no stream owns must hold no rows (created empty, or
+        emptied and released by a reset): a stream neither appends to nor merges into rows
+        it did not write, and a reset never removes them. Counted from the log alone
+        (:func:`rows_in`): no data file is read."""
+        state = await self._target_state(files=True)
+        if state is None:  # removed meanwhile: the first commit creates it
+            return
+        holding, rows = rows_in(state.files)
+        if not holding:
+            return
+        what = f"{rows} row(s)" if rows is not None else "rows"
+        raise SinkRecoveryError(
+            self._spec,
+            f"the table at {self.uri} holds rows that no stream's txn accounts for ({what} in "
+            f"{holding} data file(s)); deltastream writes only to a new or empty Delta table, "
+            "or one it owns: name another target, or empty this one",
+        )
+
+    # -------------------------------------------------------------- retries
+
+    async def _retrying(self, operation: str, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()`` retried with backoff while it fails for a reason retrying may
+        help (:func:`_transient_cause`), each retry counted and reported; the last failure
+        (or a permanent one) as a :class:`SinkError` saying ``what`` failed."""
+
+        def counted() -> None:
+            self.retries += 1
+
+        try:
+            return await call_with_retries(
+                attempt,
+                operation=operation,
+                target=self.uri,
+                policy=RetryPolicy(
+                    self.max_attempts or sys.maxsize, self.base_delay, self.max_delay
+                ),
+                transient=_transient_cause,
+                listener=self.retry_listener,
+                on_retry=counted,
+                logger=log,
+            )
+        except SinkError:
+            raise
+        except StorageError as e:  # the retries ran out
+            raise SinkError(self._spec, f"{what} failed: {e.problem}") from e
+        except Exception as e:
+            raise SinkError(self._spec, f"{what} failed: {e}") from e
 
     # -------------------------------------------------------------- delivery
 
@@ -514,40 +666,105 @@ class DeltaSink(Sink):
                 # The failed call may have committed after all (a lost response): the txn
                 # says, before anything is retried.
                 held = (await self._target_txns() or {}).get(app)
-                if held is None or held < version:
-                    raise
-                log.warning(
-                    "%s: the commit of %s failed (%s), but the target holds it: not repeated",
-                    self._spec,
-                    what,
-                    _transient_cause(e),
-                )
+                if held is not None and held >= version:
+                    log.warning(
+                        "%s: the commit of %s failed (%s), but the target holds it: not repeated",
+                        self._spec,
+                        what,
+                        _transient_cause(e),
+                    )
+                    return
+                # The writer that won may have taken the stream's position back (a reset, or
+                # the table replaced): a retry would commit into what it left.
+                self._check_held(held, f"the commit of {what} failed ({_transient_cause(e)}), and ")
+                raise
 
-        def counted() -> None:
-            self.retries += 1
-
-        try:
-            await call_with_retries(
-                attempt,
-                operation="commit",
-                target=self.uri,
-                policy=RetryPolicy(
-                    self.max_attempts or sys.maxsize, self.base_delay, self.max_delay
-                ),
-                transient=_transient_cause,
-                listener=self.retry_listener,
-                on_retry=counted,
-                logger=log,
-            )
-        except SinkError:
-            raise
-        except StorageError as e:  # the retries ran out
-            raise SinkError(self._spec, f"commit of {what} failed: {e.problem}") from e
-        except Exception as e:
-            raise SinkError(self._spec, f"commit of {what} failed: {e}") from e
+        await self._retrying("commit", f"commit of {what}", attempt)
         crash_point("sink.after-write")
         self._held = version
         return {"txn": version}
+
+    # -------------------------------------------------------------- reset
+
+    @contextlib.asynccontextmanager
+    async def reset_lock(self, stream: StreamRef) -> AsyncIterator[None]:
+        # A target owned by another stream is refused before the reset records itself, so
+        # that the refusal changes nothing. (A Delta target has no lock to hold: a stream
+        # running on it meanwhile stops at its next commit, see _check_held.)
+        self._owned(await self._target_txns() or {}, stream, reset=True)
+        yield
+
+    async def reset(self, stream: StreamRef) -> list[str]:
+        """Remove every row of the target and release the stream's ``txn`` (its version
+        set to :data:`RELEASED`), in one commit, when the target holds the stream's txn;
+        a target of another stream is refused, touching nothing; anything else (no table,
+        or none of the stream's) is left as it is."""
+        self._stream = stream.name
+        self._table = None
+        ours = self._owned(await self._target_txns() or {}, stream, reset=True)
+        if not ours:
+            return []
+        apps = [t.app_id for t in ours]
+        removed: list[str] = []
+
+        async def attempt() -> None:
+            try:
+                done = await anyio.to_thread.run_sync(self._release, apps)
+            except Exception as e:
+                if _transient_cause(e) is None:
+                    raise
+                self._table = None
+                txns = await self._target_txns() or {}
+                now = [txns.get(a) for a in apps]
+                if all(v is not None and is_released(v) for v in now):
+                    log.warning(
+                        "%s: the reset's commit failed (%s), but the target holds it: not repeated",
+                        self._spec,
+                        _transient_cause(e),
+                    )
+                    removed[:] = [f"the rows of delta:{self.uri} (the stream's txn released)"]
+                    return
+                if None in now:  # not a retry's to remove: the table was replaced
+                    raise SinkRecoveryError(
+                        self._spec,
+                        f"the reset's commit failed ({_transient_cause(e)}), and the table at "
+                        f"{self.uri} no longer holds the stream's txn: it was replaced "
+                        "meanwhile; nothing was removed",
+                    ) from e
+                raise
+            if done is not None:
+                rows, version = done
+                removed[:] = [f"the rows of delta:{self.uri} ({rows} rows, commit v{version})"]
+
+        await self._retrying("reset", "the reset", attempt)
+        crash_point("reset.output-file")
+        self._held = None
+        return removed
+
+    def _release(self, apps: Sequence[str]) -> tuple[int, int] | None:
+        """One commit removing every file of the target (no data file is read or written)
+        with the ``txn`` of each of ``apps`` at :data:`RELEASED`: the rows it removed and
+        its version (``None``: the table is gone). A target without files takes a commit
+        of the ``txn`` alone (delta-rs's delete commits nothing when nothing is removed)."""
+        dl = _deltalake()
+        props = dl.CommitProperties(app_transactions=[dl.Transaction(a, RELEASED) for a in apps])
+        hooks = dl.PostCommitHookProperties(create_checkpoint=True)
+        table = self._load()
+        if table is None:  # removed meanwhile: no rows, no txn left
+            return None
+        before = table.version()
+        metrics = table.delete(commit_properties=props, post_commithook_properties=hooks)
+        if table.version() == before:
+            table.create_write_transaction(
+                [],
+                mode="append",
+                schema=table.schema(),
+                partition_by=list(table.metadata().partition_columns) or None,
+                commit_properties=props,
+                post_commithook_properties=hooks,
+            )
+            table.update_incremental()
+        return int(metrics.get("num_deleted_rows") or 0), table.version()
 
     def _load(self) -> deltalake.DeltaTable | None:
         """The target, loaded once and then kept current by the sink's own commits (which
@@ -561,12 +778,33 @@ class DeltaSink(Sink):
                 return None
         return self._table
 
+    def _check_held(self, held: int | None, context: str = "") -> None:
+        """Raise :class:`SinkRecoveryError` if the target's txn for the stream (``held``)
+        is behind the position the stream holds there: the target was reset (the txn
+        released) or replaced while the stream ran, and a commit would land in what that
+        left."""
+        if self._held is None or (held is not None and held >= self._held):
+            return
+        found = "none" if held is None else _describe_txn(held)
+        raise SinkRecoveryError(
+            self._spec,
+            f"{context}the table at {self.uri} no longer holds the stream's position "
+            f"{decode_position(self._held)} (its txn: {found}): the target was reset or "
+            "replaced while the stream ran; nothing was committed",
+        )
+
     def _commit(self, data: pa.Table, app: str, version: int) -> None:
         dl = _deltalake()
         props = dl.CommitProperties(app_transactions=[dl.Transaction(app, version)])
         hooks = dl.PostCommitHookProperties(create_checkpoint=True)
         merge = self.target.mode == "merge"
+        loaded = self._table is not None
         table = self._load()
+        if not loaded:
+            # Loaded anew (the first commit, or after a conflict): a table that no longer
+            # holds the stream's position must not take its rows. (A table kept loaded is
+            # checked by delta-rs: a commit on it loses to the reset's or replacement's.)
+            self._check_held(None if table is None else table.transaction_version(app))
         if table is None:
             rows = data
             if merge:  # a new mirror: the keys whose last change is no delete
@@ -680,6 +918,11 @@ class DeltaSink(Sink):
             f"{self.uri} {_describe(have)}: only new columns can be added to a delta target; "
             "nothing was committed",
         )
+
+
+def _describe_txn(version: int) -> str:
+    """A deltastream txn version for messages: the position, or ``released``."""
+    return "released" if is_released(version) else str(decode_position(version))
 
 
 def _transient_cause(error: BaseException) -> str | None:
