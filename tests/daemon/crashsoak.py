@@ -199,6 +199,43 @@ def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+#: Seconds a daemon may take to start its streams before the soak reports it.
+STARTUP_TIMEOUT = 120.0
+
+
+@dataclass
+class Started:
+    """What :func:`wait_until_started` saw: the log lines it read, and the streams that had
+    not started when it gave up (none: all started)."""
+
+    lines: list[str]
+    pending: set[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.pending
+
+
+def wait_until_started(
+    proc: subprocess.Popen[bytes],
+    logtail: LogTail,
+    states: dict[str, Path],
+    last: dict[str, tuple[int, int] | None],
+    timeout: float,
+) -> Started:
+    """Wait until each stream has started: logged that it resumes, or (a stream with no
+    position yet) committed its first one. Returns early if the daemon exits."""
+    lines: list[str] = []
+    pending = set(states)
+    deadline = time.monotonic() + timeout
+    while pending and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        lines += logtail.lines()
+        pending -= {name for name, _, _ in resumes(lines)}
+        pending -= {n for n in pending if last[n] is None and read_position(states[n])}
+    return Started(lines, pending if proc.poll() is None else set())
+
+
 def read_position(state: Path) -> tuple[int, int] | None:
     """The committed (next version, row offset in it) in ``state``; None if there is none."""
     try:
@@ -387,6 +424,17 @@ def _run_soak(
     try:
         while result.kills < options.kills:
             proc = start_daemon(config, log)
+            # The kill window opens once every stream has started (a busy machine can take
+            # longer to start the daemon than the window is long: kills then land before
+            # any work, and test nothing the crash-point matrix does not).
+            started = wait_until_started(proc, logtail, states, last, STARTUP_TIMEOUT)
+            note_resumes(started.lines)
+            if not started.ok:
+                result.problems.append(
+                    f"the streams {sorted(started.pending)} did not start within "
+                    f"{STARTUP_TIMEOUT:.0f} s after {result.kills} kills"
+                )
+                break
             time.sleep(rng.uniform(options.min_delay, options.max_delay))
             if proc.poll() is not None:
                 result.problems.append(

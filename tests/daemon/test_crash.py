@@ -30,7 +30,7 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path: Path) -> 
     for stream in result.streams:
         assert stream.expected > 0, report
         assert (stream.lost, stream.repeated, stream.unexpected) == (0, 0, 0), report
-        # The kills landed after start-up, in the middle of the work.
+        # Every kill landed after start-up (the soak waits for it), in the middle of the work.
         assert stream.resumed >= 10, report
     assert not result.temp_files, report
     assert sum(s.killed_mid_version for s in result.streams) > 0, report
