@@ -334,3 +334,29 @@ def test_tail_into_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, stderr
     assert "ERROR" not in stderr and "error" not in stderr.lower(), stderr
+
+
+def test_a_bare_word_in_where_is_no_column_and_strings_are_quoted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--where "name = NL"``: NL is named as no column, with the table's columns and how a
+    string is written; the Python API says the same (one parser for every consumer)."""
+    import deltastream as ds
+
+    problem = (
+        "invalid predicate at position 8 of 'name = NL': unknown column NL; the table has id, "
+        "name, birthday{more}; string literals are quoted: 'NL'"
+    )
+    change_columns = ", _change_type, _commit_version, _commit_timestamp"
+    code, out = cli("read", str(CDF_TABLE), "--where", "name = NL", "-o", "-")
+    assert (code, out) == (2, "")
+    assert capsys.readouterr().err == f"deltastream: error: {problem.format(more='')}\n"
+    code, out = cli("changes", str(CDF_TABLE), "--where", "name = NL", "-o", "-")
+    assert (code, out) == (2, "")
+    assert capsys.readouterr().err == f"deltastream: error: {problem.format(more=change_columns)}\n"
+    with pytest.raises(ds.InvalidArgumentError) as e:
+        ds.read_rows(str(CDF_TABLE), where="name = NL")
+    assert str(e.value) == problem.format(more="")
+    with pytest.raises(ds.InvalidArgumentError) as e:
+        ds.read_changes(str(CDF_TABLE), where="name = NL").read_all()
+    assert str(e.value) == problem.format(more=change_columns)
