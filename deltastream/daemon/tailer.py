@@ -228,6 +228,12 @@ class Tailer:
                     f"{self._states.uri} holds the state of {committed.table_uri}, "
                     f"not of {self._store.root_uri}; use one state directory per stream"
                 )
+            if committed.stream and committed.stream != cfg.name:
+                raise InvalidArgumentError(
+                    f"{self._states.uri} holds the state of stream {committed.stream!r}, not "
+                    f"of {cfg.name!r}; a state directory belongs to one stream: name the "
+                    f"stream {committed.stream!r}, or use another directory"
+                )
             if committed.sink_spec and committed.sink_spec != self.sink.description:
                 raise InvalidArgumentError(
                     f"{self._states.uri} holds the state of a stream into "
@@ -280,6 +286,7 @@ class Tailer:
                 position=resumed.skipped_to or position,
                 sink_spec=self.sink.description,
                 snapshot_version=saved,
+                stream=cfg.name,
             )
         )
         self._pump = DeliveryPump(
