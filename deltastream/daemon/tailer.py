@@ -266,6 +266,20 @@ class Tailer:
                 self._log_held(held, None)
                 await self._verify_held(held)
             position = held.position if held else await initial_position(self._store, cfg)
+            if held is None and not position.snapshot:
+                # A new stream's one start line (``resuming at`` is a resumed one's; a snapshot
+                # mode's is ``delivering the snapshot``).
+                log.info(
+                    "%s: starting at %s (new stream)",
+                    cfg.name,
+                    position,
+                    extra={
+                        "stream": cfg.name,
+                        "uri": cfg.uri,
+                        "position": str(position),
+                        "sink": self.sink.description,
+                    },
+                )
         saved = committed.snapshot_version if committed else None
         resumed = await load_state(self._store, cfg, self._states, position, saved)
         self._begin(resumed)
