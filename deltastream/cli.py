@@ -503,7 +503,15 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
         tail = stream.tail
         sink = parse_sink(stream.sink, table=tail.name)
         anyio.run(lambda: reset_stream(tail.name, sink, tail.state, tail.resolved_state_options))
-    service = Service(config, progress=bar)
+    # A stream's failure is printed once. tail prints it as its error line when it ends, so
+    # its log does not repeat it, except as the structured record of JSON logs (for the
+    # machines that read them: error_class, stream, uri). serve logs it when it happens,
+    # since its other streams go on.
+    service = Service(
+        config,
+        progress=bar,
+        log_failures=args.command == "serve" or config.log_format == "json",
+    )
 
     def stop_service() -> None:
         sd_notify.notify("STOPPING=1")

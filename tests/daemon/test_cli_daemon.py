@@ -76,13 +76,26 @@ def test_tail_delivers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_tail_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    proc = start(
-        "tail", str(tmp_path / "none"), "--sink", "jsonl:-", "--state", str(tmp_path / "s")
-    )
+    """The stream's error is printed once: the error line, not also an ERROR log line;
+    with JSON logs, the structured record stays for the machines that read them."""
+    uri = tmp_path / "none"
+    args = ("tail", str(uri), "--sink", "jsonl:-", "--state", str(tmp_path / "s"))
+    proc = start(*args)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 2
-    errors = [line for line in stderr.splitlines() if line.startswith("deltastream: error:")]
-    assert len(errors) == 1 and "not a Delta table" in errors[0]
+    line = f"deltastream: error: {uri}: not a Delta table: no such directory"
+    assert stderr == line + "\n"
+    proc = start(*args, "--log-format", "json")
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    record, last = stderr.splitlines()
+    assert last == line
+    fields = json.loads(record)
+    assert (fields["level"], fields["message"], fields["error_class"]) == (
+        "error",
+        f"none: stream stopped: {uri}: not a Delta table: no such directory",
+        "TableNotFoundError",
+    )
 
 
 def test_serve_follows_several_tables_and_stops_on_sigint(tmp_path: Path) -> None:
