@@ -58,6 +58,7 @@ from deltastream.read.api import read_rows
 from deltastream.runtime import use_fast_allocator
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table
+from deltastream.storage import storage_locations
 from deltastream.storage.paths import CONFINED, ExternalPaths
 
 __all__ = ["main"]
@@ -71,21 +72,18 @@ def _storage_options(pairs: Sequence[str]) -> dict[str, str]:
     return parse_key_values(pairs, "--storage-option")
 
 
-_URI_HELP = (
-    "table location: a local path, s3://bucket/prefix, gs://bucket/prefix or an Azure URI "
-    "(az://container/prefix, abfss://container@account.dfs.core.windows.net/prefix)"
-)
+_URI_HELP = f"table location: {storage_locations()}"
 
 
 def _add_table_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", help=_URI_HELP)
+    # The same help as tail's option of that name (defined once there).
     p.add_argument(
         "--storage-option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="object store setting (S3: endpoint_url, region, …; GCS: google_service_account, "
-        "…; Azure: azure_storage_account_name, …; see README); may repeat",
+        help=OPTIONS["storage_options"].help,
     )
 
 

@@ -360,3 +360,44 @@ def test_a_bare_word_in_where_is_no_column_and_strings_are_quoted(
     with pytest.raises(ds.InvalidArgumentError) as e:
         ds.read_changes(str(CDF_TABLE), where="name = NL").read_all()
     assert str(e.value) == problem.format(more=change_columns)
+
+
+STORAGE_OPTION_HELP = (
+    "object store setting (S3: endpoint_url, region, access_key_id, …; GCS: "
+    "google_service_account, …; Azure: azure_storage_account_name, …); may repeat"
+)
+
+
+@pytest.mark.parametrize("command", ["snapshot", "files", "read", "changes", "tail"])
+def test_storage_option_help_names_every_store(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One help text for ``--storage-option`` in every command, listing every object store
+    from where the stores are registered."""
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option
+    with pytest.raises(SystemExit) as e:
+        run([command, "--help"])
+    assert e.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.lstrip().startswith("--storage-option")]
+    assert lines[at : at + 2] == [
+        "  --storage-option KEY=VALUE",
+        " " * 24 + STORAGE_OPTION_HELP,  # argparse's column for help after a long option
+    ]
+
+
+def test_the_object_store_list_is_every_store() -> None:
+    """:data:`OBJECT_STORES` is every kind of object store, each with options it accepts and
+    URIs that are its own."""
+    import importlib
+    from typing import get_args
+
+    from deltastream.storage import OBJECT_STORES, storage_option_names
+    from deltastream.storage.paths import StoreKind, store_kind
+
+    assert [s.kind for s in OBJECT_STORES] == [k for k in get_args(StoreKind) if k != "file"]
+    for store in OBJECT_STORES:
+        accepted = importlib.import_module(store.options_module).STORAGE_OPTION_NAMES
+        assert set(store.examples) <= accepted <= storage_option_names()
+        uris = [word.strip("(),") for word in store.uris.split() if "://" in word]
+        assert uris and {store_kind(uri) for uri in uris} == {store.kind}
