@@ -139,8 +139,8 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors suggest what was meant: a misspelt option (``--form``:
     did you mean ``--from``?) or command. A subcommand's parser reports the options after the
-    command itself, with its own usage. (Python 3.12's ``suggest_on_error`` covers choices
-    only, and this runs on 3.11.)"""
+    command itself, with its own usage. (argparse's own ``suggest_on_error``, Python 3.14,
+    suggests choices only, and this runs on 3.11.)"""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
