@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import anyio
 import anyio.abc
@@ -58,6 +60,7 @@ from deltastream.read.api import read_rows
 from deltastream.runtime import use_fast_allocator
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table
+from deltastream.storage import storage_locations
 from deltastream.storage.paths import CONFINED, ExternalPaths
 
 __all__ = ["main"]
@@ -71,21 +74,18 @@ def _storage_options(pairs: Sequence[str]) -> dict[str, str]:
     return parse_key_values(pairs, "--storage-option")
 
 
-_URI_HELP = (
-    "table location: a local path, s3://bucket/prefix, gs://bucket/prefix or an Azure URI "
-    "(az://container/prefix, abfss://container@account.dfs.core.windows.net/prefix)"
-)
+_URI_HELP = f"table location: {storage_locations()}"
 
 
 def _add_table_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", help=_URI_HELP)
+    # The same help as tail's option of that name (defined once there).
     p.add_argument(
         "--storage-option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="object store setting (S3: endpoint_url, region, …; GCS: google_service_account, "
-        "…; Azure: azure_storage_account_name, …; see README); may repeat",
+        help=OPTIONS["storage_options"].help,
     )
 
 
@@ -133,13 +133,101 @@ def _write(reader: pa.RecordBatchReader, output: str, out: TextIO) -> None:
     out.write(json.dumps({"output": output, "rows": rows}) + "\n")
 
 
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors suggest what was meant: a misspelt option (``--form``:
+    did you mean ``--from``?) or command. A subcommand's parser reports the options after the
+    command itself, with its own usage. (argparse's own ``suggest_on_error``, Python 3.14,
+    suggests choices only, and this runs on 3.11.)"""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:  # the subcommand's parser, not the top-level one, says so
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        hints = [f"{word}: did you mean {match}?" for word, match in self._suggestions(message)]
+        super().error("; ".join([message, *hints]))
+
+    def _suggestions(self, message: str) -> list[tuple[str, str]]:
+        """(what was given, what was probably meant) for each unknown option given to this
+        parser, and for a value that is not one of an argument's choices (a command)."""
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        found: list[tuple[str, str]] = []
+        takes_value = False
+        for arg in getattr(self, "_given", []):
+            if arg == "--":
+                break
+            if takes_value:
+                takes_value = False
+                continue
+            if not arg.startswith("-") or len(arg) == 1 or _NEGATIVE_NUMBER.match(arg):
+                if self._subparsers is not None:
+                    break  # the command: what follows it is its parser's
+                continue
+            name, eq, _ = arg.partition("=")
+            action = self._option_string_actions.get(name)
+            takes_value = action is not None and action.nargs != 0 and not eq
+            known = action is not None or (
+                name.startswith("--") and any(o.startswith(name) for o in options)
+            )
+            close = difflib.get_close_matches(name.lower(), options, n=1)
+            if not known and close:
+                found.append((name, close[0]))
+        invalid = _INVALID_CHOICE.match(message)
+        if invalid is not None:
+            choices = [
+                str(choice)
+                for action in self._actions
+                if _action_name(action) == invalid["argument"]
+                for choice in action.choices or ()
+            ]
+            close = difflib.get_close_matches(invalid["value"], choices, n=1)
+            if close:
+                found.append((repr(invalid["value"]), repr(close[0])))
+        return found
+
+
+#: argparse's words for a value not among an argument's choices.
+_INVALID_CHOICE = re.compile(r"argument (?P<argument>\S+): invalid choice: '(?P<value>[^']*)'")
+
+
+def _action_name(action: argparse.Action) -> str:
+    """How argparse names an argument in its errors (``argument NAME: …``)."""
+    if action.option_strings:
+        return "/".join(action.option_strings)
+    return str(action.metavar or action.dest)
+
+
+def _add_logging_args(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """``-v`` and ``--log-level``, before the command (``top``) or after it: the same
+    options, with the same meaning. After it they default to nothing, so that a value given
+    before it stands."""
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="log debug information to stderr (as --log-level debug)",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=list(LOG_LEVELS),
+        default=None if top else argparse.SUPPRESS,
+        help="log this level and above to stderr (default: info for tail and serve, where "
+        "serve's [server] log_level applies; warning for the other commands)",
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="deltastream", description="Follow a Delta Lake table as it changes."
-    )
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", help="log debug information to stderr"
-    )
+    parser = _Parser(prog="deltastream", description="Follow a Delta Lake table as it changes.")
+    _add_logging_args(parser, top=True)
     parser.add_argument("--version", action="version", version=f"deltastream {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -284,6 +372,8 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--interval", type=float, default=1.0, help="seconds between the writer's commits"
     )
+    for command in sub.choices.values():
+        _add_logging_args(command, top=False)
     return parser
 
 
@@ -293,12 +383,6 @@ def _add_daemon_args(p: argparse.ArgumentParser, *, defaults: bool = True) -> No
         choices=list(LOG_FORMATS),
         default="text" if defaults else None,
         help="log lines as text or JSON (default: text)",
-    )
-    p.add_argument(
-        "--log-level",
-        choices=list(LOG_LEVELS),
-        default="info" if defaults else None,
-        help="default: info",
     )
     p.add_argument(
         "--log-summary-every",
@@ -353,7 +437,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
+        level="DEBUG" if args.verbose else (args.log_level or "warning").upper(),
         format="deltastream: %(levelname)s: %(message)s",
         stream=sys.stderr,
     )
@@ -447,7 +531,7 @@ def _tail_config(args: argparse.Namespace) -> ServiceConfig:
     return replace(
         config,
         log_format=args.log_format,
-        log_level=args.log_level,
+        log_level=args.log_level or "info",
         log_summary_interval=args.log_summary_interval,
     )
 
@@ -504,7 +588,15 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
         tail = stream.tail
         sink = parse_sink(stream.sink, table=tail.name)
         anyio.run(lambda: reset_stream(tail.name, sink, tail.state, tail.resolved_state_options))
-    service = Service(config, progress=bar)
+    # A stream's failure is printed once. tail prints it as its error line when it ends, so
+    # its log does not repeat it, except as the structured record of JSON logs (for the
+    # machines that read them: error_class, stream, uri). serve logs it when it happens,
+    # since its other streams go on.
+    service = Service(
+        config,
+        progress=bar,
+        log_failures=args.command == "serve" or config.log_format == "json",
+    )
 
     def stop_service() -> None:
         sd_notify.notify("STOPPING=1")

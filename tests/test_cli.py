@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import logbuilder as lb
 import pytest
@@ -334,3 +335,184 @@ def test_tail_into_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, stderr
     assert "ERROR" not in stderr and "error" not in stderr.lower(), stderr
+
+
+def test_a_bare_word_in_where_is_no_column_and_strings_are_quoted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--where "name = NL"``: NL is named as no column, with the table's columns and how a
+    string is written; the Python API says the same (one parser for every consumer)."""
+    import deltastream as ds
+
+    problem = (
+        "invalid predicate at position 8 of 'name = NL': unknown column NL; the table has id, "
+        "name, birthday{more}; string literals are quoted: 'NL'"
+    )
+    change_columns = ", _change_type, _commit_version, _commit_timestamp"
+    code, out = cli("read", str(CDF_TABLE), "--where", "name = NL", "-o", "-")
+    assert (code, out) == (2, "")
+    assert capsys.readouterr().err == f"deltastream: error: {problem.format(more='')}\n"
+    code, out = cli("changes", str(CDF_TABLE), "--where", "name = NL", "-o", "-")
+    assert (code, out) == (2, "")
+    assert capsys.readouterr().err == f"deltastream: error: {problem.format(more=change_columns)}\n"
+    with pytest.raises(ds.InvalidArgumentError) as e:
+        ds.read_rows(str(CDF_TABLE), where="name = NL")
+    assert str(e.value) == problem.format(more="")
+    with pytest.raises(ds.InvalidArgumentError) as e:
+        ds.read_changes(str(CDF_TABLE), where="name = NL").read_all()
+    assert str(e.value) == problem.format(more=change_columns)
+
+
+STORAGE_OPTION_HELP = (
+    "object store setting (S3: endpoint_url, region, access_key_id, …; GCS: "
+    "google_service_account, …; Azure: azure_storage_account_name, …); may repeat"
+)
+
+
+@pytest.mark.parametrize("command", ["snapshot", "files", "read", "changes", "tail"])
+def test_storage_option_help_names_every_store(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One help text for ``--storage-option`` in every command, listing every object store
+    from where the stores are registered."""
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option
+    with pytest.raises(SystemExit) as e:
+        run([command, "--help"])
+    assert e.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.lstrip().startswith("--storage-option")]
+    assert lines[at : at + 2] == [
+        "  --storage-option KEY=VALUE",
+        " " * 24 + STORAGE_OPTION_HELP,  # argparse's column for help after a long option
+    ]
+
+
+def test_the_object_store_list_is_every_store() -> None:
+    """:data:`OBJECT_STORES` is every kind of object store, each with options it accepts and
+    URIs that are its own."""
+    import importlib
+    from typing import get_args
+
+    from deltastream.storage import OBJECT_STORES, storage_option_names
+    from deltastream.storage.paths import StoreKind, store_kind
+
+    assert [s.kind for s in OBJECT_STORES] == [k for k in get_args(StoreKind) if k != "file"]
+    for store in OBJECT_STORES:
+        accepted = importlib.import_module(store.options_module).STORAGE_OPTION_NAMES
+        assert set(store.examples) <= accepted <= storage_option_names()
+        uris = [word.strip("(),") for word in store.uris.split() if "://" in word]
+        assert uris and {store_kind(uri) for uri in uris} == {store.kind}
+
+
+def parse(*argv: str) -> Any:
+    from deltastream.cli import _build_parser
+
+    return _build_parser().parse_args(list(argv))
+
+
+TAIL = ("tail", "/t", "--sink", "jsonl:-", "--state", "/s")
+
+
+def test_verbose_and_log_level_go_before_or_after_the_command() -> None:
+    """``-v`` and ``--log-level`` mean the same before the command and after it; given
+    after, they win, and not given after, they leave what was given before."""
+    from deltastream.cli import _tail_config
+
+    for argv in (["-v", "snapshot", "/t"], ["snapshot", "/t", "-v"], ["snapshot", "-v", "/t"]):
+        assert parse(*argv).verbose is True, argv
+    assert parse("snapshot", "/t").verbose is False
+    for argv in (["--log-level", "debug", *TAIL], [*TAIL, "--log-level", "debug"]):
+        assert _tail_config(parse(*argv)).log_level == "debug", argv
+    assert _tail_config(parse(*TAIL)).log_level == "info"
+    both = parse("--log-level", "error", *TAIL, "--log-level", "debug")
+    assert _tail_config(both).log_level == "debug"
+    assert parse("--log-level", "error", "read", "/t", "-o", "-").log_level == "error"
+    assert parse("read", "/t", "-o", "-", "--log-level", "error").log_level == "error"
+
+
+def test_serve_takes_log_level_before_or_after_the_command(tmp_path: Path) -> None:
+    from deltastream.cli import _serve_config
+
+    config = tmp_path / "deltastream.toml"
+    config.write_text('[server]\nlog_level = "warning"\n\n[[tables]]\nname = "t"\nuri = "/t"\n'
+                      f'sink = "jsonl:-"\nstate = "{tmp_path / "s"}"\n')  # fmt: skip
+    serve = ("serve", "--config", str(config))
+    assert _serve_config(parse(*serve)).log_level == "warning"
+    assert _serve_config(parse("--log-level", "debug", *serve)).log_level == "debug"
+    assert _serve_config(parse(*serve, "--log-level", "debug")).log_level == "debug"
+
+
+def test_log_level_after_tail_quiets_or_opens_its_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same run, its level or -v given before or after ``tail``: the same log."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": pa.array(range(10), pa.int64())}))
+    runs = iter(range(100))
+
+    def tail(before: list[str], after: list[str]) -> str:
+        state = str(tmp_path / f"state-{next(runs)}")
+        args = ["tail", uri, "--sink", "jsonl:-", "--state", state, "--mode", "snapshot"]
+        assert run([*before, *args, "--progress", "never", *after]) == 0
+        return capsys.readouterr().err  # (the rows went to stdout)
+
+    default = tail([], [])
+    assert "INFO deltastream.daemon.tailer: t: delivering the snapshot of version 0" in default
+    assert tail(["--log-level", "warning"], []) == tail([], ["--log-level", "warning"]) == ""
+    for verbose in (tail(["-v"], []), tail([], ["-v"])):
+        assert "DEBUG deltastream.daemon" in verbose
+
+
+def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """What the command line prints for a mistake argparse finds (exit status 2)."""
+    with pytest.raises(SystemExit) as e:
+        run(argv)
+    assert e.value.code == 2
+    return capsys.readouterr().err.splitlines()
+
+
+def test_a_misspelt_option_suggests_the_right_one_with_the_commands_usage(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # usages on one line
+    err = usage_error(["changes", str(CDF_TABLE), "--form", "3", "-o", "-"], capsys)
+    assert err[0].startswith("usage: deltastream changes [-h] [--storage-option KEY=VALUE] ")
+    assert err[1:] == [
+        "deltastream changes: error: unrecognized arguments: --form 3; --form: did you mean --from?"
+    ]
+    assert usage_error(["reset", "--state", "/s", "--sink", "jsonl:-", "--nme", "t"], capsys) == [
+        "usage: deltastream reset [-h] --state STATE --sink SINK --name NAME "
+        "[--state-storage-option KEY=VALUE] [-v] [--log-level {debug,info,warning,error}]",
+        "deltastream reset: error: the following arguments are required: --name; --nme: did "
+        "you mean --name?",
+    ]
+    assert usage_error([*TAIL, "--mode", "folow"], capsys)[-1] == (
+        "deltastream tail: error: argument --mode: invalid choice: 'folow' (choose from "
+        "'snapshot', 'follow', 'snapshot-and-follow'); 'folow': did you mean 'follow'?"
+    )
+    # Before the command, the top level's options and usage.
+    assert usage_error(["--verbse", "snapshot", "/t"], capsys) == [
+        "usage: deltastream [-h] [-v] [--log-level {debug,info,warning,error}] [--version] "
+        "COMMAND ...",
+        "deltastream: error: unrecognized arguments: --verbse; --verbse: did you mean --verbose?",
+    ]
+    # Nothing close: no suggestion.
+    assert usage_error(["snapshot", "/t", "--xyzzy"], capsys)[-1] == (
+        "deltastream snapshot: error: unrecognized arguments: --xyzzy"
+    )
+
+
+def test_a_misspelt_command_suggests_the_right_one(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    assert usage_error(["tial", "/t"], capsys) == [
+        "usage: deltastream [-h] [-v] [--log-level {debug,info,warning,error}] [--version] "
+        "COMMAND ...",
+        "deltastream: error: argument COMMAND: invalid choice: 'tial' (choose from 'snapshot', "
+        "'files', 'read', 'changes', 'tail', 'reset', 'serve', 'demo'); 'tial': did you mean "
+        "'tail'?",
+    ]

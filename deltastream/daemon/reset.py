@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from deltastream.daemon.delivery import Sink, StreamRef
 from deltastream.daemon.state import StateStore
+from deltastream.errors import InvalidArgumentError
 from deltastream.storage import open_store
 
 __all__ = ["reset_stream"]
@@ -36,11 +37,21 @@ async def reset_stream(
     state_storage_options: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Discard what stream ``name`` wrote to ``sink`` and its state at ``state``; returns
-    what was removed. It fails, touching nothing, while the stream runs (or when the output
-    is another stream's); once under way it is recorded, and finished by running it again."""
+    what was removed. It fails, touching nothing, while the stream runs, when the state is
+    another stream's (``position.json`` records another name) or the output is; once under
+    way it is recorded, and finished by running it again."""
     async with open_store(state, dict(state_storage_options or {})) as store:
         states = StateStore(store)
         stream = StreamRef(name, states.uri)
+        recorded = await states.recorded()
+        if recorded is not None and recorded.stream and recorded.stream != name:
+            owner = StreamRef(recorded.stream, states.uri)
+            raise InvalidArgumentError(
+                f"{states.uri} holds the state of stream {recorded.stream!r}, not of "
+                f"{name!r}: a reset of {name!r} leaves it alone; nothing was touched. To start "
+                f"{recorded.stream!r} over: "
+                f"{owner.reset_command(recorded.sink_spec or sink.description)}"
+            )
         async with sink.reset_lock(stream):
             await states.begin_reset(name, sink.description)
             removed = await sink.reset(stream)

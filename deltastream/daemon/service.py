@@ -160,8 +160,13 @@ class Service:
         *,
         sinks: Mapping[str, Sink] | None = None,
         progress: Progress | None = None,
+        log_failures: bool = True,
     ) -> None:
+        """``log_failures``: log a stream's failure for good at ERROR; ``False`` when the
+        caller reports :attr:`failures` itself (``deltastream tail`` prints its one error
+        line): then at DEBUG, so that it is not shown twice."""
         self.config = config
+        self._log_failures = log_failures
         self._sinks = dict(sinks or {})
         self._progress = progress
         self.metrics: dict[str, TableMetrics] = {
@@ -271,7 +276,10 @@ class Service:
                     metrics.errors += 1
                     self.failures[name] = e
                     # A closed standard output (``tail … | head``) is how such a run ends.
-                    level = logging.INFO if isinstance(e, OutputClosedError) else logging.ERROR
+                    if isinstance(e, OutputClosedError):
+                        level = logging.INFO
+                    else:
+                        level = logging.ERROR if self._log_failures else logging.DEBUG
                     log.log(
                         level,
                         "%s: stream stopped: %s",

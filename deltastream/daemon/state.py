@@ -1,8 +1,9 @@
 """A stream's durable state: where it is, what its sink committed, and its table snapshot.
 
-One directory (local or ``s3://``) per stream::
+One directory (local or in an object store) per stream::
 
-    position.json                               the committed position (rewritten atomically)
+    position.json                               the committed position and the stream's
+                                                name (rewritten atomically)
     snapshots/00000000000000000042.checkpoint.parquet   the table's state at version 42
     reset.json                                  only while a reset is under way (see below)
 
@@ -17,6 +18,11 @@ A reset (:mod:`deltastream.daemon.reset`) writes ``reset.json`` (the stream and 
 reset) before it removes anything, and removes it last. While it exists, :meth:`StateStore.load`
 refuses (:class:`~deltastream.errors.ResetIncompleteError`): the output and state of a reset
 cut short are partly gone, and resuming from what is left would silently lose rows.
+
+The state belongs to the stream whose name ``position.json`` records: a stream of another
+name refuses it (the tailer), and so does a reset (:meth:`StateStore.recorded`), before it
+touches anything: a mistyped ``--name`` must not discard one stream's state and leave its
+output, or another stream's output.
 """
 
 from __future__ import annotations
@@ -75,10 +81,13 @@ class StreamState:
     round_end: Position | None = None
     owner: str = ""
     updated_ms: int = 0
+    #: The name of the stream the state belongs to ("": written before names were recorded).
+    stream: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": _FORMAT,
+            "stream": self.stream,
             "table_uri": self.table_uri,
             "table_id": self.table_id,
             "position": self.position.to_json(),
@@ -108,6 +117,7 @@ class StreamState:
                 round_end=None if round_end is None else Position.from_json(round_end),
                 owner=str(value.get("owner", "")),
                 updated_ms=int(value.get("updated_ms", 0)),
+                stream=str(value.get("stream", "")),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptFileError(source, f"not a valid stream state: {e}") from None
@@ -181,6 +191,16 @@ class StateStore:
             )
         self._tag = ""
         return None
+
+    async def recorded(self) -> StreamState | None:
+        """The committed state as it is, with none of :meth:`load`'s checks (an unfinished
+        reset, saved table states without a position); ``None`` if there is none or it
+        cannot be read. For a reset, which must go through all of these."""
+        try:
+            raw = await self.store.get(POSITION_KEY)
+            return StreamState.from_json(self.store.uri_for(POSITION_KEY), raw)
+        except (ObjectNotFoundError, CorruptFileError):
+            return None
 
     async def commit(self, state: StreamState) -> StreamState:
         """Replace the committed state, unless another tailer wrote it in the meantime."""

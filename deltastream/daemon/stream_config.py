@@ -36,6 +36,7 @@ from deltastream.daemon.delivery import COMMIT_ROWS_PER_DELIVERY, ROWS_PER_DELIV
 from deltastream.errors import InvalidArgumentError
 from deltastream.sizes import parse_size
 from deltastream.snapshot.timestamps import parse_timestamp
+from deltastream.storage import storage_option_help
 from deltastream.storage.paths import CONFINED, ExternalPaths, store_kind
 
 __all__ = [
@@ -365,7 +366,7 @@ class TailConfig:
         Options,
         Option(
             "--storage-option",
-            "S3 setting (endpoint_url, region, access_key_id, …); may repeat",
+            f"object store setting ({storage_option_help()}); may repeat",
             CliForm.PAIRS,
             metavar="KEY=VALUE",
         ),
@@ -378,7 +379,8 @@ class TailConfig:
         Must("must be a table of strings"),
         Option(
             "--state-storage-option",
-            "S3 setting for the state directory (default: --storage-option if both are S3)",
+            "object store setting for the state directory (default: --storage-option if "
+            "both are in object stores of one kind); may repeat",
             CliForm.PAIRS,
             metavar="KEY=VALUE",
         ),

@@ -228,6 +228,12 @@ class Tailer:
                     f"{self._states.uri} holds the state of {committed.table_uri}, "
                     f"not of {self._store.root_uri}; use one state directory per stream"
                 )
+            if committed.stream and committed.stream != cfg.name:
+                raise InvalidArgumentError(
+                    f"{self._states.uri} holds the state of stream {committed.stream!r}, not "
+                    f"of {cfg.name!r}; a state directory belongs to one stream: name the "
+                    f"stream {committed.stream!r}, or use another directory"
+                )
             if committed.sink_spec and committed.sink_spec != self.sink.description:
                 raise InvalidArgumentError(
                     f"{self._states.uri} holds the state of a stream into "
@@ -260,6 +266,20 @@ class Tailer:
                 self._log_held(held, None)
                 await self._verify_held(held)
             position = held.position if held else await initial_position(self._store, cfg)
+            if held is None and not position.snapshot:
+                # A new stream's one start line (``resuming at`` is a resumed one's; a snapshot
+                # mode's is ``delivering the snapshot``).
+                log.info(
+                    "%s: starting at %s (new stream)",
+                    cfg.name,
+                    position,
+                    extra={
+                        "stream": cfg.name,
+                        "uri": cfg.uri,
+                        "position": str(position),
+                        "sink": self.sink.description,
+                    },
+                )
         saved = committed.snapshot_version if committed else None
         resumed = await load_state(self._store, cfg, self._states, position, saved)
         self._begin(resumed)
@@ -280,6 +300,7 @@ class Tailer:
                 position=resumed.skipped_to or position,
                 sink_spec=self.sink.description,
                 snapshot_version=saved,
+                stream=cfg.name,
             )
         )
         self._pump = DeliveryPump(

@@ -10,14 +10,16 @@ wakes a follower when objects appear in a directory.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.base import ChangeFeed, ObjectMeta, ObjectStore, StoreStats
 from deltastream.storage.local import LocalStore
-from deltastream.storage.paths import ExternalPaths, ExternalPathsLike, store_kind
+from deltastream.storage.paths import ExternalPaths, ExternalPathsLike, StoreKind, store_kind
 
 if TYPE_CHECKING:
     from deltastream.storage.azure import AzureOptions, AzureStore
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from deltastream.storage.s3 import S3Options, S3Store
 
 __all__ = [
+    "OBJECT_STORES",
     "AzureOptions",
     "AzureStore",
     "ChangeFeed",
@@ -34,11 +37,14 @@ __all__ = [
     "LocalStore",
     "ObjectMeta",
     "ObjectStore",
+    "ObjectStoreKind",
     "S3Options",
     "S3Store",
     "StoreStats",
     "open_store",
     "require_extra",
+    "storage_locations",
+    "storage_option_help",
     "storage_option_names",
 ]
 
@@ -61,16 +67,71 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@dataclass(frozen=True)
+class ObjectStoreKind:
+    """An object store :func:`open_store` opens, as users name it: what help texts and
+    messages list (:func:`storage_option_help`, :func:`storage_locations`)."""
+
+    kind: StoreKind
+    #: Its name for users.
+    name: str
+    #: Its URIs, as help texts show them.
+    uris: str
+    #: The module whose ``STORAGE_OPTION_NAMES`` lists every storage option it accepts.
+    options_module: str
+    #: A few of those options, for help texts.
+    examples: tuple[str, ...]
+
+
+#: Every object store, in the order help texts list them (a test keeps it in step with
+#: :data:`~deltastream.storage.paths.StoreKind` and the stores' option names).
+OBJECT_STORES: tuple[ObjectStoreKind, ...] = (
+    ObjectStoreKind(
+        "s3",
+        "S3",
+        "s3://bucket/prefix",
+        "deltastream.storage.s3.options",
+        ("endpoint_url", "region", "access_key_id"),
+    ),
+    ObjectStoreKind(
+        "gs",
+        "GCS",
+        "gs://bucket/prefix",
+        "deltastream.storage.gcs.options",
+        ("google_service_account",),
+    ),
+    ObjectStoreKind(
+        "az",
+        "Azure",
+        "an Azure URI (az://container/prefix, "
+        "abfss://container@account.dfs.core.windows.net/prefix)",
+        "deltastream.storage.azure.options",
+        ("azure_storage_account_name",),
+    ),
+)
+
+
+def storage_option_help() -> str:
+    """Each object store with a few of its options: ``S3: endpoint_url, region, …; …``."""
+    return "; ".join(f"{s.name}: {', '.join(s.examples)}, …" for s in OBJECT_STORES)
+
+
+def storage_locations() -> str:
+    """Where a table (or a state directory) may be: a local path or each object store's
+    URIs."""
+    uris = ["a local path", *(s.uris for s in OBJECT_STORES)]
+    return f"{', '.join(uris[:-1])} or {uris[-1]}"
+
+
 @functools.cache
 def storage_option_names() -> frozenset[str]:
     """Every storage option name (lower case) some object store accepts: what a consumer
     whose options mix its own settings with the store's (the Spark source) passes to the
     store. Loads no client library."""
-    from deltastream.storage.azure.options import STORAGE_OPTION_NAMES as azure
-    from deltastream.storage.gcs.options import STORAGE_OPTION_NAMES as gcs
-    from deltastream.storage.s3.options import STORAGE_OPTION_NAMES as s3
-
-    return s3 | azure | gcs
+    names: frozenset[str] = frozenset()
+    for store in OBJECT_STORES:
+        names |= importlib.import_module(store.options_module).STORAGE_OPTION_NAMES
+    return names
 
 
 def require_extra(uri: str, extra: str, *modules: str, what: str = "store") -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import write_deltalake
-from tailing import Writer, batch, create_table, expected_changes
+from tailing import Writer, batch, create_table, expected_changes, wait_for_output
 
 from deltastream.cli import _build_parser, _tail_config
 from deltastream.daemon.tailer import Mode, StartFrom
@@ -76,13 +76,26 @@ def test_tail_delivers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_tail_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    proc = start(
-        "tail", str(tmp_path / "none"), "--sink", "jsonl:-", "--state", str(tmp_path / "s")
-    )
+    """The stream's error is printed once: the error line, not also an ERROR log line;
+    with JSON logs, the structured record stays for the machines that read them."""
+    uri = tmp_path / "none"
+    args = ("tail", str(uri), "--sink", "jsonl:-", "--state", str(tmp_path / "s"))
+    proc = start(*args)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 2
-    errors = [line for line in stderr.splitlines() if line.startswith("deltastream: error:")]
-    assert len(errors) == 1 and "not a Delta table" in errors[0]
+    line = f"deltastream: error: {uri}: not a Delta table: no such directory"
+    assert stderr == line + "\n"
+    proc = start(*args, "--log-format", "json")
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    record, last = stderr.splitlines()
+    assert last == line
+    fields = json.loads(record)
+    assert (fields["level"], fields["message"], fields["error_class"]) == (
+        "error",
+        f"none: stream stopped: {uri}: not a Delta table: no such directory",
+        "TableNotFoundError",
+    )
 
 
 def test_serve_follows_several_tables_and_stops_on_sigint(tmp_path: Path) -> None:
@@ -395,3 +408,39 @@ def test_a_config_error_names_its_place_once(tmp_path: Path) -> None:
         f"deltastream: error: {config} [[tables]] #1 (a): 'mode' must be one of 'snapshot', "
         "'follow', 'snapshot-and-follow', not 'tail'"
     )
+
+
+def run_until(path: Path, line: str, *args: str) -> list[str]:
+    """Run ``deltastream *args`` (JSON logs on stderr, in ``path``) until it logs ``line``,
+    stop it with SIGTERM; the messages it logged."""
+    with path.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deltastream", *args, "--log-format", "json"],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=ENV,
+        )
+    try:
+        wait_for_output(proc, path, lambda text: line in text)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, path.read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    return [json.loads(text)["message"] for text in path.read_text().splitlines()]
+
+
+def test_tail_follow_logs_one_start_line(tmp_path: Path) -> None:
+    """A new ``follow`` stream says where it starts, as a resumed one does: one line each."""
+    uri, state = str(tmp_path / "t"), str(tmp_path / "state")
+    create_table(uri)  # version 0
+    args = ("tail", uri, "--sink", "jsonl:-", "--state", state, "--mode", "follow")
+    first = run_until(tmp_path / "first.log", "starting at", *args)
+    assert first == [
+        "t: starting at v1 (new stream)",
+        "SIGTERM received: stopping",
+        "t: saved the table state at version 0",
+        "t: stopped at v1",
+    ]
+    again = run_until(tmp_path / "again.log", "resuming at", *args)
+    assert again == ["t: resuming at v1", "SIGTERM received: stopping", "t: stopped at v1"]

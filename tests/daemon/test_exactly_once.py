@@ -427,6 +427,63 @@ def test_a_reset_never_removes_another_streams_output(
     )
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_mistyped_name_touches_no_stream(
+    table: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue: ``reset --name`` not the stream's used to discard the state and leave the
+    parquet output (or discard a jsonl output). The state records its stream's name: a reset,
+    a ``tail`` or a ``tail --reset`` of another name is refused, naming both, touching
+    nothing; the stream's own name still works."""
+    state = tmp_path / "state"
+    spec = f"jsonl:{tmp_path / 'out.jsonl'}" if kind == "jsonl" else f"parquet:{tmp_path / 'out'}"
+    args = ("--mode", "snapshot", "--max-rows-per-delivery", "10", "--state", str(state))
+    args += ("--sink", spec)
+    assert tail(table, *args, "--name", "events") == 0
+    assert json.loads((state / "position.json").read_text())["stream"] == "events"
+    before = files_of(tmp_path)
+    capsys.readouterr()
+    assert run(["reset", "--state", str(state), "--sink", spec, "--name", "event"]) == 2
+    assert capsys.readouterr().err == (
+        f"deltastream: error: {state} holds the state of stream 'events', not of 'event': a "
+        "reset of 'event' leaves it alone; nothing was touched. To start 'events' over: "
+        + StreamRef("events", str(state)).reset_command(spec)
+        + "\n"
+    )
+    assert files_of(tmp_path) == before
+    refused = (
+        f"deltastream: error: {state} holds the state of stream 'events', not of 'event'; a "
+        "state directory belongs to one stream: name the stream 'events', or use another "
+        "directory"
+    )
+    assert tail(table, *args, "--name", "event") == 2
+    assert capsys.readouterr().err == refused + "\n"  # printed once, not logged too
+    assert files_of(tmp_path) == before
+    assert tail(table, *args, "--name", "event", "--reset") == 2
+    assert "holds the state of stream 'events', not of 'event'" in one_line_error(capsys)
+    assert files_of(tmp_path) == before
+    assert run(["reset", "--state", str(state), "--sink", spec, "--name", "events"]) == 0
+    assert not (state / "position.json").exists()
+    assert tail(table, *args, "--name", "event") == 0  # a new stream now
+
+
+def test_a_state_without_a_recorded_name_is_taken_over_by_its_stream(
+    table: str, tmp_path: Path
+) -> None:
+    """States written before names were recorded hold none: the stream resumes and records
+    its name; from then on another name is refused."""
+    state, out = tmp_path / "state", tmp_path / "out.jsonl"
+    args = ("--mode", "snapshot", "--state", str(state), "--sink", f"jsonl:{out}")
+    assert tail(table, *args) == 0
+    position = state / "position.json"
+    value = json.loads(position.read_text())
+    del value["stream"]
+    position.write_text(json.dumps(value))
+    assert tail(table, *args) == 0
+    assert json.loads(position.read_text())["stream"] == "table"
+    assert tail(table, *args, "--name", "other") == 2
+
+
 # ------------------------------------------------------------------ one writer per sink
 
 

@@ -249,6 +249,38 @@ def test_errors_say_where(text: str, position: int, fragment: str) -> None:
     assert fragment in message
 
 
+NL_SCHEMA = StructType((StructField("country", P("string")), StructField("amount", P("long"))))
+COLUMNS = "the table has country, amount"
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "problem"),
+    [
+        # A bare word where a value goes: not a column, so probably a string meant unquoted.
+        ("country = NL", 11, f"unknown column NL; {COLUMNS}; string literals are quoted: 'NL'"),
+        ("NL = country", 1, f"unknown column NL; {COLUMNS}; string literals are quoted: 'NL'"),
+        ("country IN ('BE', NL)", 19,
+         f"unknown column NL; {COLUMNS}; string literals are quoted: 'NL'"),
+        ("amount > 1 OR country <> nl", 26,
+         f"unknown column nl; {COLUMNS}; string literals are quoted: 'nl'"),
+        # A back-quoted name is meant as a column; a name compared with a literal is too.
+        ("country = `NL`", 11, f"unknown column `NL`; {COLUMNS}"),
+        ("cuntry = 'NL'", 1, f"unknown column cuntry; {COLUMNS}"),
+        # Two columns: said so.
+        ("country = amount", 11, "comparing two columns is not supported: compare with a literal"),
+        ("country IN (amount)", 13, "expected a literal after '(', found 'amount'"),
+    ],
+)  # fmt: skip
+def test_a_bare_word_that_is_no_column_says_strings_are_quoted(
+    text: str, position: int, problem: str
+) -> None:
+    """The one parser every consumer uses (read, changes, tail, Python, Spark): an unquoted
+    word that is no column is named, with the table's columns and how a string is written."""
+    with pytest.raises(InvalidArgumentError) as e:
+        parse_predicate(text, NL_SCHEMA)
+    assert str(e.value) == f"invalid predicate at position {position} of {text!r}: {problem}"
+
+
 # --------------------------------------------------------------------------------------
 # Literal conversion
 

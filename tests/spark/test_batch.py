@@ -172,6 +172,20 @@ def test_table_read_where_skips_files_and_filters_rows(spark: Any, tmp_path: Pat
     assert len(anyio.run(_partitions, SourceOptions.parse({"path": uri}))) == 4
 
 
+def test_where_with_a_bare_word_says_strings_are_quoted() -> None:
+    """The where option is parsed as ``read --where`` is: an unquoted word that is no
+    column is named, with how a string is written."""
+    from deltastream.spark.source import _partitions
+
+    uri = str(KERNEL / "data/cdf-table")
+    with pytest.raises(ds.InvalidArgumentError) as e:
+        anyio.run(_partitions, SourceOptions.parse({"path": uri, "where": "name = NL"}))
+    assert str(e.value) == (
+        "invalid predicate at position 8 of 'name = NL': unknown column NL; the table has id, "
+        "name, birthday; string literals are quoted: 'NL'"
+    )
+
+
 def test_change_feed_batch_read_equals_deltastream_changes(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     write_history(uri)

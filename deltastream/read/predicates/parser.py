@@ -99,7 +99,10 @@ class _Parser:
     def comparison(self) -> Predicate:
         start = self.peek
         if start.kind == "ident":
-            field = self.resolve(self.advance())
+            # ``NL = country``: of two names compared, one may be a string meant as a literal.
+            ahead = self.tokens[self.i + 1 : self.i + 3]
+            paired = [t.kind for t in ahead] == ["op", "ident"]
+            field = self.resolve(self.advance(), literal_hint=paired)
             return self.after_column(field)
         if (
             start.kind in ("number", "string")
@@ -132,6 +135,7 @@ class _Parser:
             self.advance()
             nxt = self.peek
             if nxt.kind == "ident":
+                self.resolve(nxt, literal_hint=True)  # ``country = NL``: not a column
                 raise ParseError(
                     nxt.pos, "comparing two columns is not supported: compare with a literal"
                 )
@@ -193,10 +197,15 @@ class _Parser:
         ):
             self.advance()
             return [token]
+        if token.kind == "ident":
+            self.resolve(token, literal_hint=True)  # ``IN (NL, BE)``: not a column
         where = f" after {after!r}" if after else ""
         raise ParseError(token.pos, f"expected a literal{where}, found {describe(token)}")
 
-    def resolve(self, token: Token) -> StructField:
+    def resolve(self, token: Token, *, literal_hint: bool = False) -> StructField:
+        """The column ``token`` names; an unknown name is an error listing the table's
+        columns and, where a literal was more likely meant (``literal_hint``: a name where a
+        value goes, ``country = NL``), saying how a string is written."""
         name = token.value
         field = self.schema.get(name)
         if field is None:
@@ -206,8 +215,12 @@ class _Parser:
         if field is None or (isinstance(field.type, PrimitiveType) and field.type.name == "void"):
             names = ", ".join(quote(n) for n in self.schema.names[:20])
             more = ", ..." if len(self.schema.names) > 20 else ""
+            hint = ""
+            if literal_hint and not token.text.startswith("`"):
+                hint = f"; string literals are quoted: '{name}'"
             raise ParseError(
-                token.pos, f"unknown column {token.text}; the table has {names or 'none'}{more}"
+                token.pos,
+                f"unknown column {token.text}; the table has {names or 'none'}{more}{hint}",
             )
         return field
 
