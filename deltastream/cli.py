@@ -336,6 +336,14 @@ def _build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--sink", required=True, help="the stream's sink, as given to tail")
     reset.add_argument("--name", required=True, help="the stream's name")
     reset.add_argument(
+        "--sink-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="store setting for a delta sink's target in an object store, as given to tail; "
+        "may repeat",
+    )
+    reset.add_argument(
         "--state-storage-option",
         action="append",
         default=[],
@@ -476,7 +484,9 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             )
             _write(reader, args.output, out)
         elif args.command == "reset":
-            sink = parse_sink(args.sink, table=args.name)
+            sink = parse_sink(
+                args.sink, table=args.name, sink_options=_storage_options(args.sink_option)
+            )
             removed = anyio.run(
                 lambda: reset_stream(
                     args.name, sink, args.state, _storage_options(args.state_storage_option)

@@ -99,6 +99,7 @@ WARNING by the sink. A failure retrying cannot fix (HTTP 4xx, a redirect) raises
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -145,6 +146,7 @@ def parse_sink(
     work_dir: Path | None = None,
     table: str | None = None,
     stream: TailConfig | None = None,
+    sink_options: Mapping[str, str] | None = None,
 ) -> Sink:
     """The sink a spec string names: ``jsonl:PATH``, ``jsonl:-``, ``parquet:DIRECTORY``,
     ``http://URL``, ``https://URL`` (also spelt ``http:URL``), ``exec:COMMAND``,
@@ -155,7 +157,9 @@ def parse_sink(
     ``table``: the stream's name, which lets the parquet sink clean up after a crash already
     in ``recover``; ``stream``: the stream's settings, whose ``http_*`` ones configure an http
     sink, the environment variables in its headers read now, ``exec_timeout`` an exec
-    sink, and ``sink_options`` a delta sink's store; other sinks ignore them)."""
+    sink, and ``sink_options`` a delta sink's store; other sinks ignore them;
+    ``sink_options``: a delta sink's store options where there are no stream settings, as
+    for ``deltastream reset``)."""
     scheme, sep, rest = spec.partition(":")
     kind = scheme.strip().lower()
     if sep and rest:
@@ -168,7 +172,7 @@ def parse_sink(
         if kind in ("http", "https"):
             return _http_sink(spec, stream)
         if kind == "delta":
-            options = None if stream is None else stream.resolved_sink_options(rest)
+            options = sink_options if stream is None else stream.resolved_sink_options(rest)
             return DeltaSink(rest, storage_options=options)
         if kind == "exec" and rest.strip():
             if stream is None:
