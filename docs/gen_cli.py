@@ -18,8 +18,13 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 OUT = DOCS / "cli"
-#: A page's hand-written examples, included after the generated reference when present.
+#: A page's hand-written examples, included after the generated reference when present:
+#: docs/examples/cli/COMMAND.sh, and for some commands the examples of a guide.
 EXAMPLES = DOCS / "examples" / "cli"
+GUIDE_EXAMPLES = {
+    "demo": ["getting-started/1-demo.sh"],
+    "serve": ["following/deltastream.toml", "following/3-serve.sh"],
+}
 HEADER = (
     "<!-- Generated from deltastream.cli's parser by docs/gen_cli.py: do not edit. "
     "Run `python docs/gen_cli.py` after changing the command line. -->"
@@ -180,9 +185,7 @@ def _option_rows(parser: argparse.ArgumentParser, prog: str) -> tuple[list[str],
     return positionals, options
 
 
-def _page(
-    prog: str, title_help: str, parser: argparse.ArgumentParser, examples: Path | None
-) -> str:
+def _page(prog: str, title_help: str, parser: argparse.ArgumentParser, examples: list[Path]) -> str:
     out = [HEADER, "", f"# {prog}", ""]
     if title_help:
         sentence = title_help[0].upper() + title_help[1:]
@@ -195,10 +198,59 @@ def _page(
         out += ["## Arguments", "", "| argument | meaning |", "| --- | --- |", *positionals, ""]
     if options:
         out += ["## Options", "", "| option | meaning |", "| --- | --- |", *options, ""]
-    if examples is not None:
-        rel = examples.relative_to(ROOT).as_posix()
-        out += ["## Examples", "", "```sh", f'--8<-- "{rel}"', "```", ""]
+    if examples:
+        out += ["## Examples", ""]
+        for example in examples:
+            language = "toml" if example.suffix == ".toml" else "sh"
+            rel = example.relative_to(ROOT).as_posix()
+            out += [f"```{language}", f'--8<-- "{rel}"', "```", ""]
     return "\n".join(out)
+
+
+def _default(value: object) -> str:
+    if value is None:
+        return ""
+    value = getattr(value, "value", value)  # an enum's member: its value
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str | int):
+        return f"`{value}`"
+    return ""
+
+
+def _config_page() -> str:
+    """The keys of a ``serve`` file's ``[[tables]]`` (and ``[defaults]``): the stream options
+    of deltastream.daemon.stream_config, with their ``tail`` flags and Python keywords."""
+    from deltastream.daemon.stream_config import OPTIONS
+
+    rows = ["| key | `tail` flag | `deltastream.tail` keyword | default | meaning |"]
+    rows.append("| --- | --- | --- | --- | --- |")
+    for option in OPTIONS.values():
+        rows.append(
+            f"| `{option.key}` | `{option.flag}` | `{option.name}` | {_default(option.default)} "
+            f"| {_cell(' '.join(option.help.split()))} |"
+        )
+    return "\n".join(
+        [
+            HEADER,
+            "",
+            "# Stream options",
+            "",
+            "Every option of a stream, in its three spellings: a key of a `serve` file's "
+            "`[[tables]]` (and `[defaults]`), a flag of `deltastream tail`, and a keyword of "
+            "`deltastream.tail(...)`. They have the same defaults and are checked by the same "
+            "rules: a wrong type or value is an error naming the place, the key and the value.",
+            "",
+            "Besides these, a `[[tables]]` entry has `name`, `uri`, `sink` (required) and "
+            "`state` (default: `[defaults]`'s `state_dir`, then the stream's name under it). "
+            "See [Following tables](../following.md#serve-many-tables) for the file's layout.",
+            "",
+            *rows,
+            "",
+        ]
+    )
 
 
 def render() -> dict[str, str]:
@@ -208,15 +260,13 @@ def render() -> dict[str, str]:
     pages: dict[str, str] = {}
     commands = ["| command | what it does |", "| --- | --- |"]
     for name, command in sub.choices.items():
-        example = EXAMPLES / f"{name}.sh"
-        pages[f"{name}.md"] = _page(
-            f"deltastream {name}",
-            helps.get(name, ""),
-            command,
-            example if example.is_file() else None,
-        )
+        own = EXAMPLES / f"{name}.sh"
+        examples = [own] if own.is_file() else []
+        examples += [DOCS / "examples" / p for p in GUIDE_EXAMPLES.get(name, [])]
+        pages[f"{name}.md"] = _page(f"deltastream {name}", helps.get(name, ""), command, examples)
         commands.append(f"| [`deltastream {name}`]({name}.md) | {_cell(helps.get(name, ''))} |")
-    top = _page("deltastream", parser.description or "", parser, None)
+    top = _page("deltastream", parser.description or "", parser, [])
+    pages["stream-options.md"] = _config_page()
     pages["deltastream.md"] = "\n".join(
         [
             top.rstrip("\n"),

@@ -73,11 +73,21 @@ def test_cli_reference_is_generated_from_the_parser() -> None:
     )
 
 
-def test_every_command_has_a_page_in_the_nav() -> None:
+def test_every_command_has_a_page_in_the_nav_and_the_overview() -> None:
     pages = _gen_cli().render()
     nav = (ROOT / "mkdocs.yml").read_text()
+    overview = (DOCS / "cli" / "index.md").read_text()
     for name in pages:
         assert f"cli/{name}" in nav, f"mkdocs.yml's nav lacks cli/{name}"
+        assert f"]({name})" in overview, f"docs/cli/index.md does not link to {name}"
+
+
+def test_following_guide_names_every_server_key() -> None:
+    from deltastream.daemon.config import SERVER_KEYS
+
+    text = (DOCS / "following.md").read_text()
+    missing = [key for key in SERVER_KEYS if f"`{key}`" not in text]
+    assert not missing, f"docs/following.md does not describe [server] keys {missing}"
 
 
 def test_troubleshooting_covers_every_error_class() -> None:

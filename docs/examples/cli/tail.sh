@@ -1,5 +1,5 @@
 # Deliver the table as it is now (every row an insert) to parquet files, then stop
-deltastream tail events --mode snapshot --sink parquet:out/events --state state/events
+deltastream tail events --mode snapshot --sink parquet:out/events --state state/events-parquet
 ls out/events
 
 # The table as of version 1, as JSON lines on stdout
