@@ -40,7 +40,7 @@ def markdown(text: str) -> str:
                 j += 1
             while block and not block[-1].strip():
                 block.pop()
-            code = [b for b in block]
+            code = list(block)
             while code and not code[0].strip():
                 code.pop(0)
             indent = min((len(b) - len(b.lstrip()) for b in code if b.strip()), default=0)
