@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 #: What the build needs from the checkout (the rest is tests, deployment, caches).
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "deltastream")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "deltastream", "pyspark_deltastream")
 
 
 def run(*argv: str | Path, cwd: Path) -> str:
@@ -61,6 +61,8 @@ def test_sdist_and_wheel_install_into_a_clean_virtualenv(tmp_path: Path) -> None
         metadata = z.read(f"deltastream-{VERSION}.dist-info/METADATA").decode()
         licence = z.read(f"deltastream-{VERSION}.dist-info/licenses/LICENSE").decode()
     assert "deltastream/py.typed" in names
+    # Spark's automatic registration of the format (tests/spark/test_registration.py)
+    assert "pyspark_deltastream/__init__.py" in names
     assert licence == (ROOT / "LICENSE").read_text()
     assert "Apache License\n                           Version 2.0, January 2004" in licence
     assert "License-Expression: Apache-2.0" in metadata.splitlines()

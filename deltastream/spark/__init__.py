@@ -38,5 +38,17 @@ __all__ = [
 
 
 def register(spark: Any) -> None:
-    """Make ``spark.read.format("deltastream")`` (and ``readStream``) available in a session."""
-    spark.dataSource.register(DeltaStreamDataSource)
+    """Make ``spark.read.format("deltastream")`` (and ``readStream``) available in a session
+    (classic or Spark Connect).
+
+    Where Spark found the format itself (the installed ``pyspark_deltastream`` package), this
+    changes nothing: pyspark 4.1 and later let the registration replace it, and pyspark 4.0,
+    which refuses to (``DATA_SOURCE_ALREADY_EXISTS``), keeps the one it found.
+    """
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(DeltaStreamDataSource)
+    except AnalysisException as e:
+        if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise

@@ -5,10 +5,12 @@ Filter pushdown (``DataSourceReader.pushFilters``) is deliberately not implement
 pyspark 4.3 the reader a query's pushdown produced is kept by the DataFrame and reused by its
 later queries that push no filter (``pushFilters`` is then not called), so a reader that
 skipped files or rows for one query would return too few rows for the next (confirmed with
-pyspark 4.2.1 and 4.3.0, issue 24). The last test here checks that Spark still behaves so,
-with a source of its own: it first proves that the filter was pushed to the source and left
-to it, so that it fails only when Spark stops reusing the reader (then pushdown can be built,
-issue 14), never because pushdown silently stopped happening."""
+pyspark 4.2.1 and 4.3.0, issue 24; upstream Spark keeps the read plan on the scan builder,
+not the reader, only from 5.0). The last test here checks that Spark still behaves so, with a
+source of its own, and fails with a message of its own in each other case: the filter was
+not pushed to the source and left to it (pushdown silently stopped: the canary then proves
+nothing), Spark no longer reuses the reader or calls ``pushFilters`` again on it (pushdown can
+be built, issue 14), or a later query returns anything else."""
 
 from __future__ import annotations
 
@@ -87,6 +89,9 @@ class _Reader(DataSourceReader):
         self.pushed: list[int] = []
 
     def pushFilters(self, filters: list[Filter]) -> Any:
+        # What each query pushes replaces what an earlier one pushed, as in a real source: a
+        # Spark that calls pushFilters again (with no filter) on a reused reader is fixed.
+        self.pushed = []
         for f in filters:
             if isinstance(f, EqualTo) and f.attribute == ("id",):
                 self.pushed.append(f.value)
@@ -129,11 +134,17 @@ def test_spark_still_reuses_a_pushed_reader_for_later_queries(spark: Any) -> Non
             f"filter pushdown did not happen (rows {first}): the canary cannot tell whether "
             "Spark still reuses a pushed-down reader"
         )
-        # Ten rows; Spark answers with the reader of the query above, which kept id 3 only.
+        # Ten rows in a reader that was given no filter. Spark answers with the reader of the
+        # query above, which kept id 3 only: the bug this canary watches.
         rest = sorted(r.id for r in df.collect())
+        assert rest != list(range(10)), (
+            "Spark no longer reuses the pushed-down reader for a later query (all ten rows "
+            "came back): filter pushdown can be built (issue 14)"
+        )
         assert rest == [3, _UNFILTERED], (
-            f"Spark no longer reuses the pushed-down reader for a later query (rows {rest}): "
-            "filter pushdown can be built (issue 14)"
+            f"a later query returned rows {rest}: neither the reused pushed-down reader's "
+            "[3, 99] nor a fresh reader's 0..9; look at what Spark does now before building "
+            "pushdown"
         )
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", previous)
