@@ -69,7 +69,7 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltastream.changes.planner import CDF_COLUMNS
+from deltastream.changes.columns import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import (
     COMMIT_ROWS_PER_DELIVERY,

@@ -75,7 +75,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from deltastream.changes.planner import CDF_COLUMNS
+from deltastream.changes.columns import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import (
     COMMIT_ROWS_PER_DELIVERY,
