@@ -11,6 +11,7 @@ import datetime as dt
 import email.utils
 import json
 import ssl
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -24,7 +25,7 @@ from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, lo
 from deltastream.daemon.stream_config import HTTP_TIMEOUT, check_http_header
 from deltastream.errors import HttpStatusError, InvalidArgumentError, SinkError
 from deltastream.output import batch_to_json_lines
-from deltastream.storage.retry import RetryEvent, backoff_delay
+from deltastream.storage.retry import RetryEvent, RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
     import aiohttp
@@ -82,6 +83,28 @@ def _tls(verify: bool, ca_bundle: str | None) -> ssl.SSLContext | bool:
 
 def _retryable_status(status: int) -> bool:
     return status >= 500 or status in (408, 409, 429)
+
+
+class _RetryableStatus(Exception):
+    """An answer with a status worth retrying (:func:`_retryable_status`): ``reason`` in one
+    line, and the wait the server asked for (``Retry-After``), if any."""
+
+    def __init__(self, reason: str, retry_after: float | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _transient_cause(error: BaseException) -> str | None:
+    """Why a POST failed, in one line, if retrying may help: a status worth retrying, a
+    connection error, a timeout. None for anything else (a rejecting status, a bad URL)."""
+    import aiohttp
+
+    if isinstance(error, _RetryableStatus):
+        return error.reason
+    if isinstance(error, aiohttp.ClientError | TimeoutError):
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return None
 
 
 class HttpSink(Sink):
@@ -179,10 +202,8 @@ class HttpSink(Sink):
             "Idempotency-Key": delivery.idempotency_key,
         }
         what = f"{delivery.num_rows} rows of {delivery.table} ({delivery.start} to {delivery.end})"
-        attempt = 0
-        while True:
-            attempt += 1
-            retry_after: float | None = None
+
+        async def post() -> Mapping[str, Any]:
             try:
                 async with self._get_session().post(
                     self.url, data=body, headers=headers, allow_redirects=False
@@ -195,36 +216,49 @@ class HttpSink(Sink):
                     snippet = await self._snippet(response)
                     if not _retryable_status(status):
                         raise HttpStatusError(self.url, status, response.reason or "", snippet)
-                    retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
                     reason = f"HTTP {status} {response.reason or ''}".rstrip()
                     if snippet:
                         reason += f": {snippet}"
+                    retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+                    raise _RetryableStatus(reason, retry_after)
             except aiohttp.InvalidURL as e:
                 raise SinkError(self.url, f"invalid URL: {e}") from e
-            except (aiohttp.ClientError, TimeoutError) as e:
-                reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            if self.max_attempts is not None and attempt >= self.max_attempts:
-                raise SinkError(
-                    self.url, f"POST of {what} failed after {attempt} attempt(s): {reason}"
-                )
-            if retry_after is not None:
-                delay = min(retry_after, self.max_retry_after)
-            else:
-                delay = backoff_delay(attempt, self.base_delay, self.max_delay)
+
+        def requested_delay(error: BaseException) -> float | None:
+            if isinstance(error, _RetryableStatus) and error.retry_after is not None:
+                return min(error.retry_after, self.max_retry_after)
+            return None
+
+        def give_up(error: BaseException, attempts: int, cause: str) -> SinkError:
+            return SinkError(
+                self.url, f"POST of {what} failed after {attempts} attempt(s): {cause}"
+            )
+
+        def counted() -> None:
             self.retries += 1
-            if self.retry_listener is not None:
-                # The listener logs it (once, with the stream's name).
-                self.retry_listener(RetryEvent("POST", self.url, attempt, reason, delay))
-            else:
-                log.warning(
-                    "%s: POST of %s failed (attempt %d): %s; retrying in %.1fs",
-                    self.url,
-                    what,
-                    attempt,
-                    reason,
-                    delay,
-                )
-            await anyio.sleep(delay)
+
+        def logged(event: RetryEvent) -> None:
+            log.warning(
+                "%s: POST of %s failed (attempt %d): %s; retrying in %.1fs",
+                self.url,
+                what,
+                event.attempt,
+                event.cause,
+                event.delay,
+            )
+
+        return await call_with_retries(
+            post,
+            operation="POST",
+            target=self.url,
+            policy=RetryPolicy(self.max_attempts or sys.maxsize, self.base_delay, self.max_delay),
+            transient=_transient_cause,
+            # A listener logs the retry (once, with the stream's name); without one, this sink.
+            listener=self.retry_listener or logged,
+            on_retry=counted,
+            requested_delay=requested_delay,
+            give_up=give_up,
+        )
 
     @staticmethod
     async def _snippet(response: aiohttp.ClientResponse, limit: int = 500) -> str:
