@@ -15,7 +15,7 @@ import tempfile
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -32,10 +32,14 @@ from deltastream.daemon.sinks.common import (
     _write_parquet_atomically,
     log,
 )
-from deltastream.daemon.stream_config import EXEC_TIMEOUT
 from deltastream.errors import InvalidArgumentError, SinkError
 from deltastream.storage.local import temp_target
 from deltastream.storage.retry import RetryEvent, RetryPolicy, call_with_retries
+
+#: Seconds each run of the command may take before its process group is killed and the run
+#: retried (``--exec-timeout``, ``ExecSink(timeout=)``): a hung command must not hold a
+#: stream for ever, and an ETL job rarely needs more than minutes.
+EXEC_TIMEOUT: Final = 300.0
 
 
 def _exec_batch_name(delivery: Delivery) -> str:
@@ -80,7 +84,7 @@ class ExecSink(Sink):
     ``DELTASTREAM_BATCH_PATH`` (the parquet file), ``DELTASTREAM_ROWS`` and
     ``DELTASTREAM_IDEMPOTENCY_KEY``. Exit status 0 acknowledges (the file is then deleted);
     anything else, or running longer than ``timeout`` seconds (default
-    :data:`~deltastream.daemon.stream_config.EXEC_TIMEOUT`, the ``exec_timeout`` setting;
+    :data:`EXEC_TIMEOUT`, the ``exec_timeout`` setting;
     ``None``: no bound), is logged with the last ``stderr_lines`` lines of the command's
     standard error and retried with backoff, forever unless ``max_attempts`` is set. The
     command's standard output goes to the daemon's standard error (standard output may carry

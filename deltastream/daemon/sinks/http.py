@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import json
+import re
 import ssl
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import anyio
@@ -21,14 +22,48 @@ import anyio.to_thread
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, log
-from deltastream.daemon.stream_config import HTTP_TIMEOUT, check_http_header
+from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, expand_env, log
 from deltastream.errors import HttpStatusError, InvalidArgumentError, SinkError
 from deltastream.output import batch_to_json_lines
 from deltastream.storage.retry import RetryEvent, RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
     import aiohttp
+
+
+#: Seconds each request may take (``--http-timeout``, ``HttpSink(timeout=)``).
+HTTP_TIMEOUT: Final = 30.0
+
+#: An HTTP header name (RFC 9110 token).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Headers the sink sets itself on every request.
+_SINK_HEADERS = ("content-type", "idempotency-key")
+
+
+def check_http_header(name: str, value: str) -> None:
+    """Refuse a header the sink cannot send: a name that is no HTTP token, a value with a
+    line break (which would start another header), one of the headers the sink sets. The
+    value is never shown."""
+    if not _HEADER_NAME.fullmatch(name):
+        raise InvalidArgumentError(f"{name!r} is not an HTTP header name")
+    if name.lower() in _SINK_HEADERS:
+        raise InvalidArgumentError(f"header {name!r} is set by the http sink itself")
+    if any(c in value for c in "\r\n\0"):
+        raise InvalidArgumentError(f"the value of header {name!r} holds a line break or NUL")
+
+
+def resolve_http_headers(templates: Mapping[str, str]) -> dict[str, str]:
+    """Header templates (the ``http_headers`` setting) as the headers to send: each
+    ``${NAME}`` in a value read from the environment (:func:`expand_env`), each header
+    checked (:func:`check_http_header`). Errors name the header, never a value. The stream's
+    settings call it when they are read (the variables must be set then) and again when the
+    sink is made."""
+    headers: dict[str, str] = {}
+    for name, template in templates.items():
+        value = expand_env(template, f"header {name!r}")
+        check_http_header(name, value)
+        headers[name] = value
+    return headers
 
 
 def _http_body(delivery: Delivery) -> bytes:
