@@ -313,7 +313,7 @@ def delta_storage_options(uri: str, options: Mapping[str, str] | None) -> dict[s
             AzureOptions,
             emulator_account_url,
         )
-        from deltastream.storage.paths import parse_azure_uri
+        from deltastream.storage.azure.uri import parse_azure_uri
 
         az = AzureOptions.from_storage_options(options)
         location = parse_azure_uri(uri)
