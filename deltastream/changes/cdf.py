@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from deltastream.changes.commits import CommitSteps, InForce
-from deltastream.changes.planner import CDF_FIELDS, ChangePlanner, ChangeSchemas
+from deltastream.changes.planner import ChangePlanner, ChangeSchemas
 from deltastream.errors import (
     ChangeDataNotEnabledError,
     InvalidArgumentError,
@@ -45,7 +45,7 @@ from deltastream.snapshot.loader import (
 from deltastream.snapshot.timestamps import FILE_TIME_LOOKBACK, TimestampSearch
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["CDF_FIELDS", "ChangePlan", "open_changes", "plan_changes"]
+__all__ = ["ChangePlan", "open_changes", "plan_changes"]
 
 #: Commits read per round trip.
 _COMMIT_CHUNK = 64

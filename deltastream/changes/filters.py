@@ -18,12 +18,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltastream.changes.columns import CDF_COLUMNS, CHANGE_COLUMNS
 from deltastream.read.predicates import (
     Predicate,
     decided_by_partitions,
@@ -32,26 +32,13 @@ from deltastream.read.predicates import (
     to_arrow_expression,
 )
 from deltastream.schema.model import (
-    PHYSICAL_NAME_KEY,
     ColumnMappingMode,
-    PrimitiveType,
-    StructField,
     StructType,
 )
 
-__all__ = ["CHANGE_COLUMNS", "ChangeFilter", "FileFacts"]
+__all__ = ["ChangeFilter", "FileFacts"]
 
-#: The change feed's own columns, as a predicate may name them.
-CHANGE_COLUMNS: tuple[StructField, ...] = tuple(
-    # Each its own physical name: file skipping looks values up by physical name.
-    StructField(name, PrimitiveType(kind), True, MappingProxyType({PHYSICAL_NAME_KEY: name}))
-    for name, kind in (
-        ("_change_type", "string"),
-        ("_commit_version", "long"),
-        ("_commit_timestamp", "timestamp"),
-    )
-)
-_CHANGE_NAMES = frozenset(f.name for f in CHANGE_COLUMNS)
+_CHANGE_NAMES = frozenset(CDF_COLUMNS)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 

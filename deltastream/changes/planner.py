@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap64
 
+from deltastream.changes.columns import CDF_FIELDS, change_constants
 from deltastream.changes.filters import ChangeFilter, FileFacts
 from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.log.commit import LogActions
@@ -35,22 +36,12 @@ from deltastream.snapshot.loader import load_snapshot
 from deltastream.storage.base import ObjectStore
 
 __all__ = [
-    "CDF_COLUMNS",
-    "CDF_FIELDS",
     "ChangePlanner",
     "ChangeSchemas",
     "PartitionLookup",
     "lacks_change_data",
     "removes_data",
 ]
-
-CDF_FIELDS = (
-    pa.field("_change_type", pa.string()),
-    pa.field("_commit_version", pa.int64()),
-    pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
-)
-#: Their names: the columns every change row has after the table's.
-CDF_COLUMNS = tuple(f.name for f in CDF_FIELDS)
 
 
 def removes_data(actions: LogActions) -> bool:
@@ -123,8 +114,12 @@ class ChangeSchemas:
             row_filter=change_filter.row_filter if change_filter else None,
             filter_columns=change_filter.data_columns if change_filter else (),
         )
+        # A change-data file carries _change_type itself: the other two are its constants.
+        change_type = CDF_FIELDS[0]
         cdc = replace(
-            inferred, file_columns=(("_change_type", pa.string()),), constant_fields=CDF_FIELDS[1:]
+            inferred,
+            file_columns=((change_type.name, change_type.type),),
+            constant_fields=CDF_FIELDS[1:],
         )
         return cls(inferred, cdc, change_filter)
 
@@ -156,7 +151,6 @@ class ChangePlanner:
     async def plan(
         self, version: int, actions: LogActions, timestamp_ms: int, schemas: ChangeSchemas
     ) -> list[tuple[FileRead, ReadSchema]]:
-        timestamp_us = timestamp_ms * 1000
         refuse_outside_actions(self.store, actions, version)
         if len(actions.cdc):
             rows = cast(list[dict[str, Any]], actions.cdc.to_pylist(maps_as_pydicts="strict"))
@@ -166,15 +160,15 @@ class ChangePlanner:
                     partition_values=cdc["partitionValues"] or {},
                     size=cdc["size"],
                     version=version,
-                    constants=(version, timestamp_us),
+                    constants=change_constants(None, version, timestamp_ms),
                 )
                 for cdc in rows
             ]
             if schemas.filter is not None:
-                facts = [_facts(cdc, version, timestamp_us, None) for cdc in rows]
+                facts = [_facts(cdc, version, timestamp_ms * 1000, None) for cdc in rows]
                 reads = _skipped(reads, facts, schemas.filter)
             return [(read, schemas.cdc) for read in reads]
-        tasks, facts = await self._inferred(version, actions, timestamp_us, schemas)
+        tasks, facts = await self._inferred(version, actions, timestamp_ms, schemas)
         if schemas.filter is not None:
             tasks = _skipped(tasks, facts, schemas.filter)
         return [(task, schemas.inferred) for task in tasks]
@@ -225,11 +219,14 @@ class ChangePlanner:
                 self._added[add["path"]] = add["partitionValues"]
 
     async def _inferred(
-        self, version: int, actions: LogActions, timestamp_us: int, schemas: ChangeSchemas
+        self, version: int, actions: LogActions, timestamp_ms: int, schemas: ChangeSchemas
     ) -> tuple[list[FileRead], list[FileFacts]]:
         """The reads of ``version``'s data changes and, with a filter, what file skipping
         knows of each (its action's partition values and statistics)."""
         self._dvs.clear()
+        timestamp_us = timestamp_ms * 1000
+        inserts = change_constants("insert", version, timestamp_ms)
+        deletes = change_constants("delete", version, timestamp_ms)
         rows = actions.file_actions.to_pylist(maps_as_pydicts="strict")
         adds = {r["add"]["path"]: r["add"] for r in rows if r["add"] and r["add"]["dataChange"]}
         removes = {
@@ -251,28 +248,26 @@ class ChangePlanner:
             if add is not None and add["dataChange"]:
                 path = add["path"]
                 added = await self._bitmap(add)
-                constants = ("insert", version, timestamp_us)
                 if path in removes:
                     restored = (await self._bitmap(removes[path])) - added
                     if restored:
-                        add_task(add, _task(add, version, constants, include=restored))
+                        add_task(add, _task(add, version, inserts, include=restored))
                 else:
-                    add_task(add, _task(add, version, constants, exclude=added))
+                    add_task(add, _task(add, version, inserts, exclude=added))
             elif remove is not None and remove["dataChange"]:
                 path = remove["path"]
                 removed = await self._bitmap(remove)
-                constants = ("delete", version, timestamp_us)
                 if path in adds:
                     deleted = (await self._bitmap(adds[path])) - removed
                     if deleted:
-                        read = _task(adds[path], version, constants, include=deleted)
+                        read = _task(adds[path], version, deletes, include=deleted)
                         add_task(adds[path], read)
                 else:
                     values = await self._partition_values(
                         version, remove, schemas.inferred.partition_columns
                     )
                     action = {**remove, "partitionValues": values}
-                    add_task(action, _task(action, version, constants, exclude=removed))
+                    add_task(action, _task(action, version, deletes, exclude=removed))
         self._learn_adds(version, rows)
         return tasks, facts
 

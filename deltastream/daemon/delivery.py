@@ -24,6 +24,7 @@ from deltastream.storage.retry import RetryListener
 __all__ = [
     "COMMIT_ROWS_PER_DELIVERY",
     "ROWS_PER_DELIVERY",
+    "STREAM_NAME",
     "Delivery",
     "Guarantee",
     "HeldPosition",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 Guarantee = Literal["exactly-once", "at-least-once"]
+
+#: What a stream's name may be: letters, digits, '.', '-' and '_', not only dots (it names
+#: files: a parquet sink's, an ownership marker).
+STREAM_NAME: Final = r"^[A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 #: The rows per delivery a sink works best with (:attr:`Sink.rows_per_delivery`), unless it
 #: says otherwise.

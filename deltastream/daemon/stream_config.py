@@ -24,15 +24,20 @@ import argparse
 import datetime as dt
 import enum
 import functools
-import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Annotated, Any, Final, TypedDict, TypeVar, get_args, get_type_hints
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
-from deltastream.daemon.delivery import COMMIT_ROWS_PER_DELIVERY, ROWS_PER_DELIVERY, Sink
+from deltastream.daemon.delivery import (
+    COMMIT_ROWS_PER_DELIVERY,
+    ROWS_PER_DELIVERY,
+    STREAM_NAME,
+    Sink,
+)
+from deltastream.daemon.sinks.exec import EXEC_TIMEOUT
+from deltastream.daemon.sinks.http import HTTP_TIMEOUT, resolve_http_headers
 from deltastream.errors import InvalidArgumentError
 from deltastream.sizes import parse_size
 from deltastream.snapshot.timestamps import parse_timestamp
@@ -56,25 +61,13 @@ __all__ = [
     "TailConfig",
     "TailOptions",
     "add_cli_options",
-    "check_http_header",
     "cli_options",
     "convert_options",
-    "expand_env",
     "parse_key_values",
     "tail_config",
 ]
 
 
-#: What a stream's name may be: letters, digits, '.', '-' and '_', not only dots (it names
-#: files: a parquet sink's, an ownership marker).
-STREAM_NAME: Final = r"^[A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*$"
-
-#: Seconds each request of the http sink may take (``--http-timeout``, ``HttpSink(timeout=)``).
-HTTP_TIMEOUT: Final = 30.0
-#: Seconds each run of the exec sink's command may take before its process group is killed
-#: and the run retried (``--exec-timeout``, ``ExecSink(timeout=)``): a hung command must not
-#: hold a stream for ever, and an ETL job rarely needs more than minutes.
-EXEC_TIMEOUT: Final = 300.0
 #: Bytes of Arrow data a delivery holds at most by default (``--max-bytes-per-delivery``):
 #: a stream's memory stays bounded whatever its rows' width.
 MAX_BYTES_PER_DELIVERY: Final = 128 << 20
@@ -261,46 +254,6 @@ def _external_paths(value: object) -> object:
     return value
 
 
-#: ``${NAME}`` in a setting's value: the environment variable NAME.
-_ENV_REFERENCE = re.compile(r"\$\{([^}]*)\}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: An HTTP header name (RFC 9110 token).
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-#: Headers the http sink sets itself on every request.
-_SINK_HEADERS = ("content-type", "idempotency-key")
-
-
-def expand_env(text: str, what: str) -> str:
-    """``text`` with each ``${NAME}`` replaced by the environment variable NAME; an unset
-    variable or a malformed reference is an error naming it and ``what`` holds it (never the
-    text, which may hold a secret)."""
-
-    def value(m: re.Match[str]) -> str:
-        name = m[1]
-        if not _ENV_NAME.fullmatch(name):
-            raise InvalidArgumentError(f"{what}: ${{{name}}} is not an environment variable name")
-        if name not in os.environ:
-            raise InvalidArgumentError(f"{what}: environment variable {name!r} is not set")
-        return os.environ[name]
-
-    expanded = _ENV_REFERENCE.sub(value, text)
-    if "${" in _ENV_REFERENCE.sub("", text):
-        raise InvalidArgumentError(f"{what}: '${{' without a closing '}}'")
-    return expanded
-
-
-def check_http_header(name: str, value: str) -> None:
-    """Refuse a header the http sink cannot send: a name that is no HTTP token, a value with
-    a line break (which would start another header), one of the headers the sink sets. The
-    value is never shown."""
-    if not _HEADER_NAME.fullmatch(name):
-        raise InvalidArgumentError(f"{name!r} is not an HTTP header name")
-    if name.lower() in _SINK_HEADERS:
-        raise InvalidArgumentError(f"header {name!r} is set by the http sink itself")
-    if any(c in value for c in "\r\n\0"):
-        raise InvalidArgumentError(f"the value of header {name!r} holds a line break or NUL")
-
-
 def _http_headers(value: object) -> object:
     """Header templates, checked: each name, and each value with its environment variables
     read (they must be set now); the templates are kept (read again when the sink is made),
@@ -309,8 +262,7 @@ def _http_headers(value: object) -> object:
     if isinstance(value, Mapping) and all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
-        for name, template in value.items():
-            check_http_header(name, expand_env(template, f"header {name!r}"))
+        resolve_http_headers(value)
         return dict(value)
     return value
 
@@ -579,10 +531,7 @@ class TailConfig:
     @property
     def resolved_http_headers(self) -> dict[str, str]:
         """``http_headers`` with the environment variables in their values read."""
-        return {
-            name: expand_env(template, f"header {name!r}")
-            for name, template in self.http_headers.items()
-        }
+        return resolve_http_headers(self.http_headers)
 
     @property
     def resolved_state_options(self) -> Mapping[str, str]:

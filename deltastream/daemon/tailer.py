@@ -52,6 +52,7 @@ from dataclasses import replace
 
 import anyio
 
+from deltastream.changes.columns import change_constants
 from deltastream.changes.planner import ChangeSchemas
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import HeldPosition, Position, Sink, StreamRef
@@ -409,7 +410,7 @@ class Tailer:
         )
 
         async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
-            constants = ("insert", version, timestamp_ms * 1000)
+            constants = change_constants("insert", version, timestamp_ms)
             done = 0
             async for read in live_file_reads(self._store, files, version, constants):
                 yield read, schemas.inferred

@@ -43,8 +43,8 @@ from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.timestamps import (
     FILE_TIME_LOOKBACK,
     TimestampSearch,
+    choose_commit_timestamp,
     file_time_window,
-    ict_enabled_at,
     next_file_time,
     read_in_commit_timestamp,
     resolve_timestamp,
@@ -269,21 +269,31 @@ def _check_state(uri: str, segment: LogSegment, state: LogState) -> None:
 async def _commit_timestamp(
     store: ObjectStore, segment: LogSegment, listing: LogListing, state: LogState
 ) -> int | None:
+    """The snapshot's commit timestamp, ``None`` if its commit file is gone and the rule
+    needs it. The in-commit timestamp comes from the last commit replayed when that is the
+    snapshot's own, else from the commit's first line; either is fetched only if used."""
     version = segment.version
     commit = listing.commits().get(version)
-    if ict_enabled_at(state.metadata, version):
-        last = segment.replay[-1] if segment.replay else None
-        info = state.last_commit_info
-        read_last_commit = last is not None and last.kind is LogFileKind.COMMIT
-        if read_last_commit and info is not None and info.in_commit_timestamp is not None:
-            return info.in_commit_timestamp
+    last = segment.replay[-1] if segment.replay else None
+    info = state.last_commit_info
+    known = (
+        info.in_commit_timestamp
+        if last is not None and last.kind is LogFileKind.COMMIT and info is not None
+        else None
+    )
+
+    async def in_commit() -> int | None:
+        if known is not None:
+            return known
+        return None if commit is None else await read_in_commit_timestamp(store, version)
+
+    async def file_time() -> int | None:
         if commit is None:
             return None
-        return await read_in_commit_timestamp(store, version)
-    if commit is None:
-        return None
-    window = await file_time_window(store, version, listing)
-    return next_file_time(window, version, commit.last_modified_ms)[0]
+        window = await file_time_window(store, version, listing)
+        return next_file_time(window, version, commit.last_modified_ms)[0]
+
+    return await choose_commit_timestamp(version, state.metadata, in_commit, file_time)
 
 
 async def load_snapshot(

@@ -24,7 +24,10 @@ over the available commits answers "which version was current at time T".
 
 Everything that needs a commit timestamp calls :func:`commit_timestamp` with the file time
 from :func:`next_file_time`, carrying a :data:`FileTimeWindow` from version to version and
-starting it with :func:`file_time_window`: the rule is written here only.
+starting it with :func:`file_time_window`; a caller that would have to fetch a candidate
+(read a commit's first line, list the commits before it) calls :func:`choose_commit_timestamp`,
+which :func:`commit_timestamp` is written on, with each candidate as a function so that only
+the one the rule takes is fetched. The choice between the two clocks is made there only.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import datetime as dt
 import enum
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TypeVar
 
 from deltastream.errors import CorruptCommitError, InvalidArgumentError, TimestampOutOfRangeError
 from deltastream.log.actions import Metadata
@@ -55,6 +60,7 @@ __all__ = [
     "ICT_ENABLEMENT_VERSION",
     "FileTimeWindow",
     "TimestampSearch",
+    "choose_commit_timestamp",
     "commit_timestamp",
     "file_time_window",
     "file_times",
@@ -179,6 +185,23 @@ async def file_time_window(
     return window
 
 
+_T = TypeVar("_T")
+
+
+def choose_commit_timestamp(
+    version: int,
+    metadata: Metadata | None,
+    in_commit_timestamp: Callable[[], _T],
+    file_time: Callable[[], _T],
+) -> _T:
+    """The protocol's rule, the one place it is written: ``version``'s commit timestamp is its
+    in-commit timestamp where ``metadata`` (in force for the commit, its own included) enables
+    them, else its file time. Each candidate is a function (returning a value, or an awaitable
+    of one) and only the one the rule takes is called, so a caller fetches nothing it does
+    not use; a missing in-commit timestamp is the first function's to report."""
+    return in_commit_timestamp() if ict_enabled_at(metadata, version) else file_time()
+
+
 def commit_timestamp(
     source: str,
     version: int,
@@ -186,15 +209,22 @@ def commit_timestamp(
     in_commit_timestamp: int | None,
     file_time_ms: int,
 ) -> int:
-    """The commit timestamp of ``version`` by the protocol's rule: its in-commit timestamp
-    where ``metadata`` (in force for the commit, its own included) enables them, else its
-    file time. ``source`` names the commit file for the error when the in-commit timestamp
-    is missing."""
-    if ict_enabled_at(metadata, version):
+    """:func:`choose_commit_timestamp` for a caller holding both candidates: the commit's
+    in-commit timestamp (``None`` if it has none) and its file time. ``source`` names the
+    commit file for the error when the rule takes an in-commit timestamp that is missing."""
+
+    def in_commit() -> int:
         if in_commit_timestamp is None:
             raise CorruptCommitError(source, "in-commit timestamps are enabled but it has none")
         return in_commit_timestamp
-    return file_time_ms
+
+    return choose_commit_timestamp(version, metadata, in_commit, lambda: file_time_ms)
+
+
+async def _ready(value: _T) -> _T:
+    """``value`` as an awaitable, for a candidate of :func:`choose_commit_timestamp` that is
+    already known where the other is awaited."""
+    return value
 
 
 async def resolve_timestamp(
@@ -224,11 +254,12 @@ async def resolve_timestamp(
 
     async def ts_at(i: int) -> int:
         if i not in cache:
-            v = versions[i]
-            if ict_enabled_at(latest_metadata, v):
-                cache[i] = await read_in_commit_timestamp(store, v)
-            else:
-                cache[i] = times[i]
+            cache[i] = await choose_commit_timestamp(
+                versions[i],
+                latest_metadata,
+                partial(read_in_commit_timestamp, store, versions[i]),
+                partial(_ready, times[i]),
+            )
         return cache[i]
 
     # The protocol's rule for tables that enabled in-commit timestamps after creation: a

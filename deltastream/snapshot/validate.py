@@ -15,7 +15,7 @@ from deltastream.errors import ChecksumMismatchError
 from deltastream.log.actions import Metadata, Protocol, dv_unique_id
 from deltastream.log.version_checksum import VersionChecksum
 from deltastream.snapshot.snapshot import Snapshot
-from deltastream.snapshot.timestamps import ict_enabled_at
+from deltastream.snapshot.timestamps import commit_timestamp
 
 __all__ = ["validate_snapshot"]
 
@@ -65,12 +65,17 @@ def validate_snapshot(snapshot: Snapshot, checksum: VersionChecksum, source: str
         expected_m, actual_m = _metadata_view(checksum.metadata), _metadata_view(snapshot.metadata)
         for key in expected_m:
             check(f"metadata.{key}", expected_m[key], actual_m[key])
-    if (
-        checksum.in_commit_timestamp is not None
-        and snapshot.timestamp_ms is not None
-        and ict_enabled_at(snapshot.metadata, snapshot.version)
-    ):
-        check("inCommitTimestampOpt", checksum.in_commit_timestamp, snapshot.timestamp_ms)
+    if checksum.in_commit_timestamp is not None and snapshot.timestamp_ms is not None:
+        # The checksum's in-commit timestamp must be the snapshot's timestamp where the rule
+        # takes the in-commit timestamp; where it takes the file time, there is nothing to check.
+        expected = commit_timestamp(
+            source,
+            snapshot.version,
+            snapshot.metadata,
+            checksum.in_commit_timestamp,
+            snapshot.timestamp_ms,
+        )
+        check("inCommitTimestampOpt", expected, snapshot.timestamp_ms)
     if checksum.set_transactions is not None:
         check(
             "setTransactions",

@@ -18,6 +18,7 @@ from deltastream.sizes import parse_size
 from deltastream.snapshot.timestamps import parse_timestamp
 from deltastream.spark.partitions import FileGroup, FilePartition, pack
 from deltastream.storage import storage_option_names
+from deltastream.storage.client_options import parse_bool
 from deltastream.storage.paths import CONFINED, ExternalPaths
 
 __all__ = ["DEFAULT_MAX_FILES", "SourceOptions"]
@@ -62,14 +63,8 @@ def _columns(value: str | None) -> tuple[str, ...] | None:
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
-    if value is None:
-        return default
-    lowered = value.strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise InvalidArgumentError(f"option {name} must be true or false, not {value!r}")
+    """The store options' rule (true/false, 1/0, yes/no, on/off); unset or empty: ``default``."""
+    return default if value is None else parse_bool(name, value, default=default, what="option")
 
 
 def _version(name: str, value: str | None) -> int | None:

@@ -94,18 +94,24 @@ def parse_number(name: str, value: str, kind: Callable[[str], T]) -> T:
 
 
 _TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
+_FALSE = ("0", "false", "no", "off")
 
 
-def parse_bool(name: str, value: str) -> bool:
-    """A flag's value: true/false, 1/0, yes/no, on/off (any case); anything else is an error,
-    so that a typo is not read as false."""
+def parse_bool(
+    name: str, value: str, *, default: bool = False, what: str = "storage option"
+) -> bool:
+    """A flag's value: true/false, 1/0, yes/no, on/off (any case); empty: ``default`` (as if
+    not set); anything else is an error, so that a typo is not read as false. The one rule
+    for flags users write, in storage options and the Spark source's options (``what``
+    names the kind of option in the error)."""
     v = value.strip().lower()
+    if not v:
+        return default
     if v in _TRUE:
         return True
     if v in _FALSE:
         return False
-    raise InvalidArgumentError(f"storage option {name!r}: {value!r} is not true or false")
+    raise InvalidArgumentError(f"{what} {name!r}: {value!r} is not true or false")
 
 
 def unknown_option(store: str, name: str, known: Iterable[str]) -> InvalidArgumentError:

@@ -2,8 +2,9 @@
 
 This module owns every rule about such paths, so that each exists once:
 
-* how a URI splits into scheme, authority and path (:func:`split_uri`), and which paths are
-  absolute (:func:`is_absolute`, :data:`ABSOLUTE_PATTERN` for Arrow kernels);
+* which paths are absolute (:func:`is_absolute`, :data:`ABSOLUTE_PATTERN` for Arrow kernels),
+  on :func:`~deltastream.storage.uri.split_uri` (how a URI splits into scheme, authority and
+  path, re-exported here);
 * the forms a table root takes (:class:`TableRoot`): a store's ``root_uri`` (a decoded
   local path or ``s3://bucket/prefix``) or a percent-encoded ``file:`` URI;
 * the canonical form of a log path, which action reconciliation compares
@@ -32,6 +33,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltastream.errors import InvalidArgumentError
+from deltastream.storage.azure.uri import (
+    AZURE_SCHEMES,
+    AzureLocation,
+    azure_root_uri,
+    is_azure_host,
+    parse_azure_uri,
+)
+from deltastream.storage.uri import UriParts, refuse_nul, split_uri
 
 __all__ = [
     "ABSOLUTE_PATTERN",
@@ -56,32 +65,18 @@ AnyArray: TypeAlias = "pa.ChunkedArray[Any] | pa.Array[Any]"
 S3_SCHEMES = ("s3", "s3a")
 #: The scheme of Google Cloud Storage URIs (``gs://bucket/key``).
 GCS_SCHEMES = ("gs",)
-#: The schemes of Azure Blob Storage / ADLS Gen2 URIs: ``az://container/path`` (and
-#: ``azure://``: the account comes from the options), ``abfs[s]://container@account.dfs…/path``
-#: (Hadoop's ADLS Gen2 driver, which Spark writes) and ``wasb[s]://container@account.blob…``
-#: (its legacy Blob driver). ``https://account.blob.core.windows.net/container/path`` URIs
-#: are Azure too (:func:`store_kind`).
-AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "wasb", "wasbs")
 
 #: What kind of store a URI names (:func:`store_kind`).
 StoreKind: TypeAlias = Literal["file", "s3", "gs", "az"]
 
 #: Buckets' schemes by kind: a bucket-and-key URI of any of them names the same object.
 _BUCKET_SCHEMES: dict[str, tuple[str, ...]] = {"s3": S3_SCHEMES, "gs": GCS_SCHEMES}
-#: ``<account>.<service>.<suffix>`` hosts of Azure storage endpoints (public and sovereign
-#: clouds, Microsoft Fabric's OneLake).
-_AZURE_HOST = re.compile(
-    r"^(?P<account>[a-z0-9-]+)\.(?P<service>blob|dfs)\.(?P<suffix>core\.windows\.net|"
-    r"core\.chinacloudapi\.cn|core\.usgovcloudapi\.net|fabric\.microsoft\.com)$",
-    re.IGNORECASE,
-)
 
 #: Matches absolute paths: a bare ``/…`` path or a URI with a scheme (RFC 3986's scheme
 #: syntax). Written for both Python's ``re`` and Arrow's RE2 (``match_substring_regex``).
 ABSOLUTE_PATTERN = r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)"
 
 _ABSOLUTE = re.compile(ABSOLUTE_PATTERN)
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
 #: Hosts of ``file:`` URIs that name this machine.
 _LOCAL_HOSTS = ("", "localhost")
 
@@ -98,125 +93,9 @@ def store_kind(uri: str) -> StoreKind:
         return "gs"
     if scheme in AZURE_SCHEMES:
         return "az"
-    if scheme == "https" and _AZURE_HOST.match(_host(parts.authority)):
+    if scheme == "https" and is_azure_host(parts.authority):
         return "az"
     return "file"
-
-
-def _host(authority: str | None) -> str:
-    """The host of a URI's authority (no user, no port)."""
-    return (authority or "").rpartition("@")[2].partition(":")[0]
-
-
-@dataclass(frozen=True, slots=True)
-class AzureLocation:
-    """Where an Azure URI points (:func:`parse_azure_uri`)."""
-
-    #: The storage account; None for ``az://container/path``, whose account the options name.
-    account: str | None
-    container: str
-    #: The decoded path inside the container, without leading or trailing ``/``.
-    path: str
-    #: The endpoint's DNS suffix (``core.windows.net``); None when the URI names none.
-    suffix: str | None = None
-    #: The blob name as the URI spells it: decoded, one leading ``/`` dropped, nothing else.
-    key: str = ""
-
-
-def parse_azure_uri(uri: str) -> AzureLocation:
-    """The account, container and path of an Azure URI: ``az://container/path``,
-    ``azure://container/path``, ``abfs[s]://container@account.dfs.core.windows.net/path``,
-    ``wasb[s]://container@account.blob.core.windows.net/path`` or
-    ``https://account.(blob|dfs).core.windows.net/container/path``.
-
-    Raises :class:`~deltastream.errors.InvalidArgumentError` for any other URI, or one
-    without a container.
-    """
-    parts = split_uri(uri)
-    scheme = parts.scheme
-    authority = parts.authority or ""
-    if scheme in ("az", "azure"):
-        container, path = authority, parts.path
-        if "@" in container:  # object_store also takes az://container@account.dfs…/path
-            return _azure_with_account(uri, authority, path)
-        location = AzureLocation(None, unquote(container), _inner(path), None, _key(path))
-    elif scheme in ("abfs", "abfss", "wasb", "wasbs"):
-        if "@" not in authority:
-            raise InvalidArgumentError(
-                f"{uri}: an {scheme}:// URI names container@account.dfs.core.windows.net"
-            )
-        location = _azure_with_account(uri, authority, parts.path)
-    elif scheme == "https":
-        host = _AZURE_HOST.match(_host(authority))
-        if host is None:
-            raise InvalidArgumentError(f"{uri}: not an Azure storage URL")
-        container, _, path = parts.path.lstrip("/").partition("/")
-        account, suffix = host.group("account").lower(), host.group("suffix")
-        location = AzureLocation(account, unquote(container), _inner(path), suffix, unquote(path))
-    else:
-        raise InvalidArgumentError(f"{uri}: not an Azure URI")
-    if not location.container:
-        raise InvalidArgumentError(f"{uri}: an Azure URI needs a container")
-    _refuse_nul(uri, location.container + location.path)
-    return location
-
-
-def _azure_with_account(uri: str, authority: str, path: str) -> AzureLocation:
-    container, _, host = authority.partition("@")
-    match = _AZURE_HOST.match(host)
-    if match is None:
-        raise InvalidArgumentError(
-            f"{uri}: {host!r} is not an Azure storage host (account.dfs.core.windows.net)"
-        )
-    account, suffix = match.group("account").lower(), match.group("suffix")
-    return AzureLocation(account, unquote(container), _inner(path), suffix, _key(path))
-
-
-def _inner(path: str) -> str:
-    return unquote(path).strip("/")
-
-
-def _key(path: str) -> str:
-    return unquote(path[1:] if path.startswith("/") else path)
-
-
-def azure_root_uri(account: str, container: str, path: str, suffix: str | None = None) -> str:
-    """The one spelling of an Azure location (a store's ``root_uri``):
-    ``abfss://container@account.dfs.core.windows.net/path``, decoded, with no trailing ``/``.
-    Every other spelling of the location (``az://``, ``https://``, ``wasbs://``…) parses to it."""
-    root = f"abfss://{container}@{account}.dfs.{suffix or 'core.windows.net'}"
-    path = path.strip("/")
-    return f"{root}/{path}" if path else root
-
-
-@dataclass(frozen=True, slots=True)
-class UriParts:
-    """A URI split as RFC 3986 does, except that ``?`` and ``#`` stay in the path: raw ones
-    appear in real file names, and log paths carry no queries or fragments."""
-
-    #: Lower-cased; ``""`` when there is none (a relative path or a bare ``/…`` path).
-    scheme: str
-    #: What follows ``//``; None when the URI has no ``//`` (``file:/x``), which differs
-    #: from an empty authority (``file:///x``).
-    authority: str | None
-    #: The rest, still percent-encoded: the whole string when there is no scheme.
-    path: str
-
-
-def split_uri(uri: str) -> UriParts:
-    """``uri`` as scheme, authority and path (see :class:`UriParts`).
-
-    A one-letter scheme is a scheme (``C:/x`` is not a local path here): Hadoop reads such
-    log paths the same way.
-    """
-    m = _SCHEME.match(uri)
-    if m is None:
-        return UriParts("", None, uri)
-    scheme, rest = m.group(1).lower(), m.group(2)
-    if rest.startswith("//"):
-        authority, slash, path = rest[2:].partition("/")
-        return UriParts(scheme, authority, slash + path)
-    return UriParts(scheme, None, rest)
 
 
 def is_absolute(path: str) -> bool:
@@ -512,8 +391,8 @@ def is_under(root_uri: str, uri: str) -> bool:
 
 
 def _under(root: TableRoot, path: str) -> bool:
-    _refuse_nul(root.uri, root.uri + root.path)
-    _refuse_nul(path, unquote(path))
+    refuse_nul(root.uri, root.uri + root.path)
+    refuse_nul(path, unquote(path))
     if not is_absolute(path):
         decoded = unquote(path)
         # A relative path whose decoded form starts with "/" ("%2Fetc%2Fx") is absolute to
@@ -559,14 +438,6 @@ def _resolved_segments(path: str) -> list[str]:
     return out
 
 
-def _refuse_nul(name: str, decoded: str) -> None:
-    """Raise if ``decoded`` (``name`` or a part of it, percent-decoded) holds a NUL byte."""
-    # No file system or object store name can hold NUL (S3 keys cannot be listed with one,
-    # POSIX paths end at it): such a path is an error, never a silently truncated name.
-    if "\x00" in decoded:
-        raise InvalidArgumentError(f"{name!r}: a path with a NUL byte cannot name a file")
-
-
 # --- what a table's log may name outside its root ---------------------------------------------
 
 #: Log paths that may name a file outside the table root (for :meth:`ExternalPaths.refused`).
@@ -606,7 +477,7 @@ class ExternalPaths:
                 raise InvalidArgumentError(
                     f"allowed external root {root!r}: give an absolute path or a URI"
                 )
-            _refuse_nul(root, unquote(root))
+            refuse_nul(root, unquote(root))
         if not roots:
             raise InvalidArgumentError("allowed external roots: none given")
         return cls(roots=roots)

@@ -1,12 +1,14 @@
 """The one retry policy of deltastream's network clients, and how a retry is reported.
 
-The object stores (S3, Azure, GCS: :func:`call_with_retries`), the daemon's HTTP and exec
-sinks, and the daemon's supervisor (restarting a stream after a transient error, see
-:func:`deltastream.errors.is_transient`) wait with the same backoff, :func:`backoff_delay`:
-exponential with full jitter. Before sleeping, each retry of a request is described by a
-:class:`RetryEvent` and handed to the client's :data:`RetryListener` if one is set (the
-daemon counts retries and logs them with the stream's name); without a listener the client
-logs the retry itself at WARNING. Either way a retry is never silent, and is reported once.
+The object stores (S3, Azure, GCS) and the daemon's HTTP, exec and Delta sinks retry through
+:func:`call_with_retries`, the one retry loop; it and the daemon's supervisor (restarting a
+stream after a transient error, see :func:`deltastream.errors.is_transient`) wait with the
+same backoff, :func:`backoff_delay`: exponential with full jitter (or, for the HTTP sink,
+the ``Retry-After`` its server asked for). Before sleeping, each retry of a request is
+described by a :class:`RetryEvent` and handed to the client's :data:`RetryListener` if one
+is set (the daemon counts retries and logs them with the stream's name); without a listener
+the client logs the retry itself at WARNING. Either way a retry is never silent, and is
+reported once.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ async def call_with_retries(
     listener: RetryListener | None,
     on_retry: Callable[[], None] | None = None,
     logger: logging.Logger | None = None,
+    requested_delay: Callable[[BaseException], float | None] | None = None,
+    give_up: Callable[[BaseException, int, str], BaseException] | None = None,
 ) -> T:
     """Run ``op()`` until it succeeds, retrying what ``transient`` calls transient.
 
@@ -106,10 +110,12 @@ async def call_with_retries(
     for an error worth retrying, None for any other, which propagates at once, unchanged
     (stores turn their clients' errors into :mod:`deltastream.errors` exceptions before or
     after this loop). After ``policy.max_attempts`` failed attempts the last transient error
-    becomes a :class:`~deltastream.errors.StorageError` naming ``target``, the operation, the
-    number of attempts and the cause. Before each wait, the retry is counted
-    (``on_retry``) and reported to ``listener``, or logged at WARNING on ``logger`` without
-    one.
+    becomes ``give_up(error, attempts, cause)``, by default a
+    :class:`~deltastream.errors.StorageError` naming ``target``, the operation, the number
+    of attempts and the cause; it is raised from the error. Each wait is the backoff's, or
+    the one the error asks for if ``requested_delay`` returns one (an HTTP ``Retry-After``).
+    Before each wait, the retry is counted (``on_retry``) and reported to ``listener``, or
+    logged at WARNING on ``logger`` without one.
     """
     attempt = 0
     while True:
@@ -121,10 +127,15 @@ async def call_with_retries(
             if cause is None:
                 raise
             if attempt >= policy.max_attempts:
+                if give_up is not None:
+                    raise give_up(e, attempt, cause) from e
                 raise StorageError(
                     target, f"{operation} failed after {attempt} attempt(s): {cause}"
                 ) from e
-        delay = backoff_delay(attempt, policy.base_delay, policy.max_delay)
+            asked = None if requested_delay is None else requested_delay(e)
+        delay = (
+            backoff_delay(attempt, policy.base_delay, policy.max_delay) if asked is None else asked
+        )
         if on_retry is not None:
             on_retry()
         event = RetryEvent(operation, target, attempt, cause, delay)

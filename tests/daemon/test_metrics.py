@@ -35,7 +35,7 @@ from prometheus_server import (
 from tailing import Collector, batch, create_table, eventually, follow_stream
 
 from deltastream import __version__
-from deltastream.changes.planner import CDF_FIELDS
+from deltastream.changes.columns import CDF_FIELDS
 from deltastream.daemon.delivery import Delivery, Position
 from deltastream.daemon.metrics import STREAM_STATES, Histogram, TableMetrics
 from deltastream.daemon.metrics_exposition import metrics_registry

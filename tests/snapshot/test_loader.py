@@ -408,6 +408,36 @@ def test_version_checksum_validation(tmp_path: Path) -> None:
     assert checksum.num_files == 2
 
 
+def test_checksum_in_commit_timestamp_is_checked_where_the_rule_takes_it(tmp_path: Path) -> None:
+    def crc(root: Path, metadata: dict[str, object], protocol: dict[str, object]) -> None:
+        lb.LogWriter(root).raw(
+            f"{0:020d}.crc",
+            json.dumps(
+                {
+                    "tableSizeBytes": 0,
+                    "numFiles": 0,
+                    "numMetadata": 1,
+                    "numProtocol": 1,
+                    "protocol": protocol["protocol"],
+                    "metadata": metadata["metaData"],
+                    "inCommitTimestampOpt": 1_700_000_000_999,
+                }
+            ).encode(),
+        )
+
+    ict = lb.metadata(configuration={"delta.enableInCommitTimestamps": "true"})
+    ict_protocol = lb.protocol(1, 7, None, ["inCommitTimestamp"])
+    lb.LogWriter(tmp_path).commit(0, lb.commit_info(ict=1_700_000_000_000), ict_protocol, ict)
+    crc(tmp_path, ict, ict_protocol)
+    with pytest.raises(ds.ChecksumMismatchError, match="'inCommitTimestampOpt' differs"):
+        load(tmp_path, validate_checksum=True)
+    # Without in-commit timestamps the snapshot's timestamp is the file time: not compared.
+    plain = tmp_path / "plain"
+    lb.LogWriter(plain).commit(0, P, M, mtime_ms=1_234_567_000)
+    crc(plain, M, P)
+    assert load(plain, validate_checksum=True).timestamp_ms == 1_234_567_000
+
+
 def test_in_commit_timestamp_is_the_snapshot_timestamp(tmp_path: Path) -> None:
     w = lb.LogWriter(tmp_path)
     ict = lb.metadata(configuration={"delta.enableInCommitTimestamps": "true"})

@@ -267,7 +267,7 @@ def test_a_hostile_table_fails_the_query_with_the_named_error(
     [
         ({"path": "/t", "allowExternalPaths": "maybe"}, "allowExternalPaths"),
         ({"path": "/t", "startingVersoin": "1"}, "unknown option 'startingVersoin'"),
-        ({"path": "/t", "readChangeFeed": "maybe"}, "readChangeFeed must be true or false"),
+        ({"path": "/t", "readChangeFeed": "maybe"}, "option 'readChangeFeed': 'maybe' is not true"),
         ({"path": "/t", "maxFilesPerTrigger": "0"}, "maxFilesPerTrigger must be"),
         ({"path": "/t", "maxBytesPerTrigger": "lots"}, "maxBytesPerTrigger must be a size"),
         ({"path": "/t", "startingVersion": "1", "startingTimestamp": "2026-01-01"}, "not both"),
@@ -297,6 +297,15 @@ def test_options_parse_sizes_and_storage_settings() -> None:
         "region": "eu-west-1",
     }
     assert parsed.read_change_feed and parsed.starting_version == "latest"
+
+
+def test_boolean_options_follow_the_store_options_rule() -> None:
+    """One rule for flags (:func:`~deltastream.storage.client_options.parse_bool`): on/off and
+    yes/no as the store options take them; empty is the option's default."""
+    on = SourceOptions.parse({"path": "/t", "readChangeFeed": "On", "failOnDataLoss": "off"})
+    assert on.read_change_feed and not on.fail_on_data_loss
+    empty = SourceOptions.parse({"path": "/t", "readChangeFeed": "", "failOnDataLoss": " "})
+    assert not empty.read_change_feed and empty.fail_on_data_loss
 
 
 def test_batch_change_feed_needs_a_start() -> None:

@@ -1,5 +1,5 @@
 """``deltastream.storage.paths`` for Google Cloud Storage and Azure: which store a URI names
-(``store_kind``), Azure's URI spellings (``parse_azure_uri``, ``azure_root_uri``), and the
+(``store_kind``), Azure's URI spellings (``deltastream.storage.azure.uri``), and the
 canonical form, resolution and confinement rules on ``gs://`` and Azure table roots."""
 
 from __future__ import annotations
@@ -7,14 +7,12 @@ from __future__ import annotations
 import pytest
 
 from deltastream.errors import InvalidArgumentError
+from deltastream.storage.azure.uri import AzureLocation, azure_root_uri, parse_azure_uri
 from deltastream.storage.paths import (
-    AzureLocation,
     ExternalPaths,
     TableRoot,
-    azure_root_uri,
     canonical_path,
     is_under,
-    parse_azure_uri,
     resolve_path,
     store_kind,
 )

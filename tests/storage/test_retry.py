@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 
+import anyio
 import pytest
 
-from deltastream.storage.retry import RetryEvent, backoff_delay
+from deltastream.errors import SinkError
+from deltastream.storage.retry import RetryEvent, RetryPolicy, backoff_delay, call_with_retries
 
 
 @pytest.mark.parametrize(
@@ -37,3 +39,45 @@ def test_retry_event_is_a_frozen_value() -> None:
     assert event == RetryEvent("GET", "s3://b/k", 2, "503 SlowDown", 0.25)
     with pytest.raises(AttributeError):
         event.attempt = 3  # type: ignore[misc]
+
+
+def test_a_requested_delay_replaces_the_backoff_and_give_up_names_the_error() -> None:
+    """What the HTTP sink needs of the shared loop: a ``Retry-After`` instead of the backoff,
+    and its own error when the attempts run out (raised from the last failure)."""
+    events: list[RetryEvent] = []
+    slept: list[float] = []
+
+    class Busy(Exception):
+        pass
+
+    async def op() -> None:
+        raise Busy("busy")
+
+    async def run() -> None:
+        await call_with_retries(
+            op,
+            operation="POST",
+            target="http://x",
+            policy=RetryPolicy(3, 100.0, 100.0),  # a backoff no test would wait for
+            transient=lambda e: "HTTP 503" if isinstance(e, Busy) else None,
+            listener=events.append,
+            requested_delay=lambda e: 0.01,
+            give_up=lambda e, attempts, cause: SinkError("http://x", f"{attempts}: {cause}"),
+        )
+
+    real_sleep = anyio.sleep
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+        await real_sleep(0)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(anyio, "sleep", sleep)
+        with pytest.raises(SinkError, match="3: HTTP 503") as e:
+            anyio.run(run)
+    assert isinstance(e.value.__cause__, Busy)
+    assert slept == [0.01, 0.01]
+    assert [(ev.attempt, ev.delay, ev.cause) for ev in events] == [
+        (1, 0.01, "HTTP 503"),
+        (2, 0.01, "HTTP 503"),
+    ]

@@ -89,12 +89,12 @@ Deliveries with no rows (a version that changed no data still advances the posit
 nothing, POST nothing and run nothing; :class:`CallbackSink` still calls its function.
 
 The HTTP and exec sinks retry transient failures (connection errors, timeouts, HTTP 5xx, 408,
-409 and 429; a non-zero exit) with exponential backoff and full jitter
-(:func:`~deltastream.storage.retry.backoff_delay`), by default forever: a daemon should ride
-out an outage of its destination. Each retry goes to the sink's ``retry_listener`` (the
-tailer's, which counts it and logs it with the stream's name) or, without one, is logged at
-WARNING by the sink. A failure retrying cannot fix (HTTP 4xx, a redirect) raises
-:class:`SinkError`.
+409 and 429; a non-zero exit) through the project's retry loop
+(:func:`~deltastream.storage.retry.call_with_retries`): exponential backoff and full jitter,
+by default forever: a daemon should ride out an outage of its destination. Each retry goes
+to the sink's ``retry_listener`` (the tailer's, which counts it and logs it with the
+stream's name) or, without one, is logged at WARNING by the sink. A failure retrying cannot
+fix (HTTP 4xx, a redirect) raises :class:`SinkError`.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 and stream-name checks, writing a parquet file atomically (hidden temporary file, fsync,
 rename) and recognising those temporary files, turning the ``OSError`` of a write (a full
 disk, a permission) into a :class:`~deltastream.errors.StorageError` naming the file, the
-position-token pattern in file names, and the ``deltastream reset`` hint recovery errors end
-with.
+position-token pattern in file names, the ``deltastream reset`` hint recovery errors end
+with, and reading ``${NAME}`` environment variables in settings that hold credentials
+(:func:`expand_env`: the http sink's headers, a PostgreSQL spec).
 
 Private to :mod:`deltastream.daemon.sinks`: its modules import these names from here.
 """
@@ -21,8 +22,7 @@ from typing import Final
 import pyarrow.parquet as pq
 
 from deltastream.daemon.crashpoints import crash_point
-from deltastream.daemon.delivery import Delivery, StreamRef
-from deltastream.daemon.stream_config import STREAM_NAME
+from deltastream.daemon.delivery import STREAM_NAME, Delivery, StreamRef
 from deltastream.errors import InvalidArgumentError, StorageError
 from deltastream.output import create_temp_file
 from deltastream.storage.local import fsync_path, temp_name_parts
@@ -46,6 +46,31 @@ def _check_retry_options(max_attempts: int | None, base_delay: float, max_delay:
         raise InvalidArgumentError(
             f"retry delays must not be negative (base {base_delay}, max {max_delay})"
         )
+
+
+#: ``${NAME}`` in a setting's value: the environment variable NAME.
+_ENV_REFERENCE = re.compile(r"\$\{([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def expand_env(text: str, what: str) -> str:
+    """``text`` with each ``${NAME}`` replaced by the environment variable NAME; an unset
+    variable or a malformed reference is an error naming it and ``what`` holds it (never the
+    text, which may hold a secret). For the settings of sinks that may hold credentials: the
+    http sink's headers, a PostgreSQL spec."""
+
+    def value(m: re.Match[str]) -> str:
+        name = m[1]
+        if not _ENV_NAME.fullmatch(name):
+            raise InvalidArgumentError(f"{what}: ${{{name}}} is not an environment variable name")
+        if name not in os.environ:
+            raise InvalidArgumentError(f"{what}: environment variable {name!r} is not set")
+        return os.environ[name]
+
+    expanded = _ENV_REFERENCE.sub(value, text)
+    if "${" in _ENV_REFERENCE.sub("", text):
+        raise InvalidArgumentError(f"{what}: '${{' without a closing '}}'")
+    return expanded
 
 
 def _unlink_quietly(path: str | Path) -> None:

@@ -69,7 +69,7 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltastream.changes.planner import CDF_COLUMNS
+from deltastream.changes.columns import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import (
     COMMIT_ROWS_PER_DELIVERY,
@@ -313,7 +313,7 @@ def delta_storage_options(uri: str, options: Mapping[str, str] | None) -> dict[s
             AzureOptions,
             emulator_account_url,
         )
-        from deltastream.storage.paths import parse_azure_uri
+        from deltastream.storage.azure.uri import parse_azure_uri
 
         az = AzureOptions.from_storage_options(options)
         location = parse_azure_uri(uri)

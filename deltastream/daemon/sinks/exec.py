@@ -10,11 +10,12 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -31,14 +32,46 @@ from deltastream.daemon.sinks.common import (
     _write_parquet_atomically,
     log,
 )
-from deltastream.daemon.stream_config import EXEC_TIMEOUT
 from deltastream.errors import InvalidArgumentError, SinkError
 from deltastream.storage.local import temp_target
-from deltastream.storage.retry import RetryEvent, backoff_delay
+from deltastream.storage.retry import RetryEvent, RetryPolicy, call_with_retries
+
+#: Seconds each run of the command may take before its process group is killed and the run
+#: retried (``--exec-timeout``, ``ExecSink(timeout=)``): a hung command must not hold a
+#: stream for ever, and an ETL job rarely needs more than minutes.
+EXEC_TIMEOUT: Final = 300.0
 
 
 def _exec_batch_name(delivery: Delivery) -> str:
     return f"{delivery.table}-{delivery.start.token}-{delivery.end.token}.parquet"
+
+
+class _CommandFailed(Exception):
+    """A run of the command that failed (``failure`` says how), with the last lines of its
+    standard error (``tail``)."""
+
+    def __init__(self, failure: str, tail: list[str]) -> None:
+        super().__init__(failure)
+        self.failure = failure
+        self.tail = tail
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.tail)
+
+    @property
+    def detail(self) -> str:
+        """The stderr tail, to end a message with (nothing if it is empty)."""
+        stderr = self.stderr
+        return f"; last lines of stderr:\n{stderr}" if stderr else ""
+
+
+def _transient_cause(error: BaseException) -> str | None:
+    """A failed run in one line (the failure, and the last line of stderr): worth retrying.
+    None for anything else (the command could not be started, the delivery was cancelled)."""
+    if isinstance(error, _CommandFailed):
+        return f"{error.failure}; stderr: {error.tail[-1]}" if error.tail else error.failure
+    return None
 
 
 class ExecSink(Sink):
@@ -51,7 +84,7 @@ class ExecSink(Sink):
     ``DELTASTREAM_BATCH_PATH`` (the parquet file), ``DELTASTREAM_ROWS`` and
     ``DELTASTREAM_IDEMPOTENCY_KEY``. Exit status 0 acknowledges (the file is then deleted);
     anything else, or running longer than ``timeout`` seconds (default
-    :data:`~deltastream.daemon.stream_config.EXEC_TIMEOUT`, the ``exec_timeout`` setting;
+    :data:`EXEC_TIMEOUT`, the ``exec_timeout`` setting;
     ``None``: no bound), is logged with the last ``stderr_lines`` lines of the command's
     standard error and retried with backoff, forever unless ``max_attempts`` is set. The
     command's standard output goes to the daemon's standard error (standard output may carry
@@ -151,43 +184,60 @@ class ExecSink(Sink):
         )
         env = self._environment(delivery, batch_path)
         what = f"{delivery.num_rows} rows of {table} ({delivery.start} to {delivery.end})"
+        last: list[_CommandFailed] = []  # the last failed run, for the retry's report
+
+        async def run() -> Mapping[str, Any]:
+            failure, tail = await self._run_once(env)
+            if failure is not None:
+                last[:] = [_CommandFailed(failure, tail)]
+                raise last[0]
+            if tail:
+                log.debug("%s: stderr:\n%s", self.description, "\n".join(tail))
+            crash_point("sink.after-write")
+            return {}
+
+        def give_up(error: BaseException, attempts: int, cause: str) -> SinkError:
+            assert isinstance(error, _CommandFailed)
+            return SinkError(
+                self.description,
+                f"failed for {what} after {attempts} attempt(s): {error.failure}{error.detail}",
+            )
+
+        def counted() -> None:
+            self.retries += 1
+
+        def reported(event: RetryEvent) -> None:
+            failed = last[0]
+            if self.retry_listener is not None:
+                # The listener logs the one warning; its cause keeps to one line, so the
+                # stderr tail goes to an info line of its own.
+                self.retry_listener(event)
+                if failed.stderr:
+                    log.info("%s: last lines of stderr:\n%s", self.description, failed.stderr)
+            else:
+                log.warning(
+                    "%s: %s for %s (attempt %d); retrying in %.1fs%s",
+                    self.description,
+                    failed.failure,
+                    what,
+                    event.attempt,
+                    event.delay,
+                    failed.detail,
+                )
+
         try:
-            attempt = 0
-            while True:
-                attempt += 1
-                failure, tail = await self._run_once(env)
-                if failure is None:
-                    if tail:
-                        log.debug("%s: stderr:\n%s", self.description, "\n".join(tail))
-                    crash_point("sink.after-write")
-                    return {}
-                stderr = "\n".join(tail)
-                if self.max_attempts is not None and attempt >= self.max_attempts:
-                    detail = f"; last lines of stderr:\n{stderr}" if stderr else ""
-                    raise SinkError(
-                        self.description,
-                        f"failed for {what} after {attempt} attempt(s): {failure}{detail}",
-                    )
-                delay = backoff_delay(attempt, self.base_delay, self.max_delay)
-                self.retries += 1
-                if self.retry_listener is not None:
-                    # The listener logs the one warning; its cause keeps to one line, so the
-                    # stderr tail goes to an info line of its own.
-                    cause = f"{failure}; stderr: {tail[-1]}" if tail else failure
-                    self.retry_listener(RetryEvent("exec", self.command, attempt, cause, delay))
-                    if stderr:
-                        log.info("%s: last lines of stderr:\n%s", self.description, stderr)
-                else:
-                    log.warning(
-                        "%s: %s for %s (attempt %d); retrying in %.1fs%s",
-                        self.description,
-                        failure,
-                        what,
-                        attempt,
-                        delay,
-                        f"; last lines of stderr:\n{stderr}" if stderr else "",
-                    )
-                await anyio.sleep(delay)
+            return await call_with_retries(
+                run,
+                operation="exec",
+                target=self.command,
+                policy=RetryPolicy(
+                    self.max_attempts or sys.maxsize, self.base_delay, self.max_delay
+                ),
+                transient=_transient_cause,
+                listener=reported,
+                on_retry=counted,
+                give_up=give_up,
+            )
         finally:
             _unlink_quietly(batch_path)
 

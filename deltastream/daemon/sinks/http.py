@@ -10,9 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import json
+import re
 import ssl
+import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import anyio
@@ -20,14 +22,48 @@ import anyio.to_thread
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, log
-from deltastream.daemon.stream_config import HTTP_TIMEOUT, check_http_header
+from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, expand_env, log
 from deltastream.errors import HttpStatusError, InvalidArgumentError, SinkError
 from deltastream.output import batch_to_json_lines
-from deltastream.storage.retry import RetryEvent, backoff_delay
+from deltastream.storage.retry import RetryEvent, RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
     import aiohttp
+
+
+#: Seconds each request may take (``--http-timeout``, ``HttpSink(timeout=)``).
+HTTP_TIMEOUT: Final = 30.0
+
+#: An HTTP header name (RFC 9110 token).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Headers the sink sets itself on every request.
+_SINK_HEADERS = ("content-type", "idempotency-key")
+
+
+def check_http_header(name: str, value: str) -> None:
+    """Refuse a header the sink cannot send: a name that is no HTTP token, a value with a
+    line break (which would start another header), one of the headers the sink sets. The
+    value is never shown."""
+    if not _HEADER_NAME.fullmatch(name):
+        raise InvalidArgumentError(f"{name!r} is not an HTTP header name")
+    if name.lower() in _SINK_HEADERS:
+        raise InvalidArgumentError(f"header {name!r} is set by the http sink itself")
+    if any(c in value for c in "\r\n\0"):
+        raise InvalidArgumentError(f"the value of header {name!r} holds a line break or NUL")
+
+
+def resolve_http_headers(templates: Mapping[str, str]) -> dict[str, str]:
+    """Header templates (the ``http_headers`` setting) as the headers to send: each
+    ``${NAME}`` in a value read from the environment (:func:`expand_env`), each header
+    checked (:func:`check_http_header`). Errors name the header, never a value. The stream's
+    settings call it when they are read (the variables must be set then) and again when the
+    sink is made."""
+    headers: dict[str, str] = {}
+    for name, template in templates.items():
+        value = expand_env(template, f"header {name!r}")
+        check_http_header(name, value)
+        headers[name] = value
+    return headers
 
 
 def _http_body(delivery: Delivery) -> bytes:
@@ -82,6 +118,28 @@ def _tls(verify: bool, ca_bundle: str | None) -> ssl.SSLContext | bool:
 
 def _retryable_status(status: int) -> bool:
     return status >= 500 or status in (408, 409, 429)
+
+
+class _RetryableStatus(Exception):
+    """An answer with a status worth retrying (:func:`_retryable_status`): ``reason`` in one
+    line, and the wait the server asked for (``Retry-After``), if any."""
+
+    def __init__(self, reason: str, retry_after: float | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _transient_cause(error: BaseException) -> str | None:
+    """Why a POST failed, in one line, if retrying may help: a status worth retrying, a
+    connection error, a timeout. None for anything else (a rejecting status, a bad URL)."""
+    import aiohttp
+
+    if isinstance(error, _RetryableStatus):
+        return error.reason
+    if isinstance(error, aiohttp.ClientError | TimeoutError):
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return None
 
 
 class HttpSink(Sink):
@@ -179,10 +237,8 @@ class HttpSink(Sink):
             "Idempotency-Key": delivery.idempotency_key,
         }
         what = f"{delivery.num_rows} rows of {delivery.table} ({delivery.start} to {delivery.end})"
-        attempt = 0
-        while True:
-            attempt += 1
-            retry_after: float | None = None
+
+        async def post() -> Mapping[str, Any]:
             try:
                 async with self._get_session().post(
                     self.url, data=body, headers=headers, allow_redirects=False
@@ -195,36 +251,49 @@ class HttpSink(Sink):
                     snippet = await self._snippet(response)
                     if not _retryable_status(status):
                         raise HttpStatusError(self.url, status, response.reason or "", snippet)
-                    retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
                     reason = f"HTTP {status} {response.reason or ''}".rstrip()
                     if snippet:
                         reason += f": {snippet}"
+                    retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+                    raise _RetryableStatus(reason, retry_after)
             except aiohttp.InvalidURL as e:
                 raise SinkError(self.url, f"invalid URL: {e}") from e
-            except (aiohttp.ClientError, TimeoutError) as e:
-                reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            if self.max_attempts is not None and attempt >= self.max_attempts:
-                raise SinkError(
-                    self.url, f"POST of {what} failed after {attempt} attempt(s): {reason}"
-                )
-            if retry_after is not None:
-                delay = min(retry_after, self.max_retry_after)
-            else:
-                delay = backoff_delay(attempt, self.base_delay, self.max_delay)
+
+        def requested_delay(error: BaseException) -> float | None:
+            if isinstance(error, _RetryableStatus) and error.retry_after is not None:
+                return min(error.retry_after, self.max_retry_after)
+            return None
+
+        def give_up(error: BaseException, attempts: int, cause: str) -> SinkError:
+            return SinkError(
+                self.url, f"POST of {what} failed after {attempts} attempt(s): {cause}"
+            )
+
+        def counted() -> None:
             self.retries += 1
-            if self.retry_listener is not None:
-                # The listener logs it (once, with the stream's name).
-                self.retry_listener(RetryEvent("POST", self.url, attempt, reason, delay))
-            else:
-                log.warning(
-                    "%s: POST of %s failed (attempt %d): %s; retrying in %.1fs",
-                    self.url,
-                    what,
-                    attempt,
-                    reason,
-                    delay,
-                )
-            await anyio.sleep(delay)
+
+        def logged(event: RetryEvent) -> None:
+            log.warning(
+                "%s: POST of %s failed (attempt %d): %s; retrying in %.1fs",
+                self.url,
+                what,
+                event.attempt,
+                event.cause,
+                event.delay,
+            )
+
+        return await call_with_retries(
+            post,
+            operation="POST",
+            target=self.url,
+            policy=RetryPolicy(self.max_attempts or sys.maxsize, self.base_delay, self.max_delay),
+            transient=_transient_cause,
+            # A listener logs the retry (once, with the stream's name); without one, this sink.
+            listener=self.retry_listener or logged,
+            on_retry=counted,
+            requested_delay=requested_delay,
+            give_up=give_up,
+        )
 
     @staticmethod
     async def _snippet(response: aiohttp.ClientResponse, limit: int = 500) -> str:

@@ -75,7 +75,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from deltastream.changes.planner import CDF_COLUMNS
+from deltastream.changes.columns import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import (
     COMMIT_ROWS_PER_DELIVERY,
@@ -86,9 +86,8 @@ from deltastream.daemon.delivery import (
     Sink,
     StreamRef,
 )
-from deltastream.daemon.sinks.common import _check_retry_options, _reset_hint, log
+from deltastream.daemon.sinks.common import _check_retry_options, _reset_hint, expand_env, log
 from deltastream.daemon.sinks.postgresql_types import csv_ready, fits, pg_type
-from deltastream.daemon.stream_config import expand_env
 from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,

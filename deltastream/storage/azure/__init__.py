@@ -4,8 +4,9 @@ asyncio client with ``azure-identity`` (the ``deltastream[azure]`` extra).
 
 :class:`AzureStore` (:mod:`.store`) serves the objects; :class:`AzureOptions`
 (:mod:`.options`) holds its settings, parsed from storage options named as delta-rs names
-them; :func:`open_azure_store` puts the URI and the options together. The store and its
-libraries are imported on first use: the options are not.
+them; :mod:`.uri` reads Azure's URI spellings; :func:`open_azure_store` puts the URI and the
+options together. The store and its libraries are imported on first use: the options and
+the URI rules are not.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from deltastream.storage.azure.options import STORAGE_OPTION_NAMES, AzureOptions
+from deltastream.storage.azure.uri import parse_azure_uri
 
 if TYPE_CHECKING:
     from deltastream.storage.azure.store import AzureStore
@@ -30,10 +32,9 @@ def __getattr__(name: str) -> Any:
 
 
 def open_azure_store(uri: str, storage_options: Mapping[str, str] | None) -> AzureStore:
-    """The store rooted at an Azure URI (see :func:`~deltastream.storage.paths.parse_azure_uri`
-    for the forms); its account is the URI's, or the options' for ``az://``."""
+    """The store rooted at an Azure URI (see :func:`.uri.parse_azure_uri` for the forms); its
+    account is the URI's, or the options' for ``az://``."""
     from deltastream.storage.azure.store import AzureStore
-    from deltastream.storage.paths import parse_azure_uri
 
     location = parse_azure_uri(uri)
     options = AzureOptions.from_storage_options(storage_options)

@@ -37,8 +37,9 @@ from deltastream.errors import (
     StorageError,
 )
 from deltastream.storage.azure.options import EMULATOR_ACCOUNT, EMULATOR_KEY, AzureOptions
+from deltastream.storage.azure.uri import azure_root_uri, parse_azure_uri
 from deltastream.storage.base import ObjectMeta, ObjectStore, check_byte_range
-from deltastream.storage.paths import azure_root_uri, parse_azure_uri, store_kind
+from deltastream.storage.paths import store_kind
 from deltastream.storage.ranged import open_remote_file
 
 __all__ = ["AzureStore"]

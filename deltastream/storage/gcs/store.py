@@ -21,7 +21,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -39,7 +39,7 @@ from deltastream.storage.gcs.options import GcsOptions
 from deltastream.storage.paths import GCS_SCHEMES, split_uri
 from deltastream.storage.ranged import open_remote_file
 
-__all__ = ["CredentialsError", "GcsStore", "HttpStatusError"]
+__all__ = ["CredentialsError", "GcsStore"]
 
 T = TypeVar("T")
 log = logging.getLogger("deltastream.storage.gcs")
@@ -50,13 +50,25 @@ _RETRY_STATUSES = frozenset({408, 429})
 PAGE_SIZE = 1000
 
 
-class HttpStatusError(Exception):
-    """GCS answered with an error status."""
+def _status_error(resp: aiohttp.ClientResponse, body: bytes) -> aiohttp.ClientResponseError:
+    """GCS answered with an error status: aiohttp's own error for it (not a class of ours:
+    :class:`deltastream.errors.HttpStatusError` is the HTTP sink's), its message the reason
+    and GCS's own message from the body."""
+    message = ": ".join(part for part in (resp.reason or "", _message(body)) if part)
+    return aiohttp.ClientResponseError(
+        resp.request_info, resp.history, status=resp.status, message=message, headers=resp.headers
+    )
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}".strip() + (f": {message}" if message else ""))
-        self.status = status
-        self.message = message
+
+def _is_status_error(error: BaseException | None) -> TypeGuard[aiohttp.ClientResponseError]:
+    """Whether ``error`` is one :func:`_status_error` made. The exact class: aiohttp raises
+    subclasses of its own (too many redirects, say), which count as connection trouble."""
+    return type(error) is aiohttp.ClientResponseError
+
+
+def _status_text(error: aiohttp.ClientResponseError) -> str:
+    """``403 Forbidden: <GCS's message>``."""
+    return f"{error.status} {error.message}".strip()
 
 
 class CredentialsError(Exception):
@@ -75,9 +87,9 @@ def _transient(error: BaseException) -> str | None:
         if isinstance(cause, aiohttp.ClientResponseError):
             return str(error) if cause.status in _RETRY_STATUSES or cause.status >= 500 else None
         return str(error) if isinstance(cause, aiohttp.ClientError | asyncio.TimeoutError) else None
-    if isinstance(error, HttpStatusError):
+    if _is_status_error(error):  # before ClientError, which it is
         if error.status in _RETRY_STATUSES or error.status >= 500:
-            return str(error)
+            return _status_text(error)
         return None
     if isinstance(error, aiohttp.ClientError | asyncio.TimeoutError):
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -185,12 +197,16 @@ class GcsStore(ObjectStore):
             )
         except CredentialsError as e:
             raise StorageError(uri, f"{operation} failed: {e}") from e
-        except HttpStatusError as e:
+        except aiohttp.ClientResponseError as e:
+            if not _is_status_error(e):
+                raise
             if e.status == 404:
                 raise ObjectNotFoundError(uri) from e
             if e.status == 412:
                 raise PreconditionFailedError(uri) from e
-            raise StorageError(uri, f"{operation} failed after 1 attempt(s): {e}") from e
+            raise StorageError(
+                uri, f"{operation} failed after 1 attempt(s): {_status_text(e)}"
+            ) from e
 
     async def _request(
         self,
@@ -208,7 +224,7 @@ class GcsStore(ObjectStore):
         ) as resp:
             body = await resp.read()
             if resp.status >= 400:
-                raise HttpStatusError(resp.status, resp.reason or "", _message(body))
+                raise _status_error(resp, body)
             expected = resp.content_length
             if method != "HEAD" and expected is not None and len(body) != expected:
                 raise aiohttp.ClientPayloadError(
@@ -284,7 +300,7 @@ class GcsStore(ObjectStore):
         try:
             return await self._call(uri, "GET", fetch)
         except StorageError as e:
-            if isinstance(e.__cause__, HttpStatusError) and e.__cause__.status == 416:
+            if _is_status_error(e.__cause__) and e.__cause__.status == 416:
                 return b""  # the range starts past the end: nothing there, as for local files
             raise
 
