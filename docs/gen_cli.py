@@ -271,7 +271,12 @@ def render() -> dict[str, str]:
         [
             top.rstrip("\n"),
             "",
-            "These options come before the command: `deltastream -v read …`.",
+            "`-v` and `--log-level` go before or after the command, with the same meaning"
+            " (`deltastream -v read …`, `deltastream read … --log-level debug`; given after the"
+            " command, `--log-level` wins). A misspelt option, command or choice is an error"
+            " (exit status 2) under the usage of the command it belongs to, with a suggestion:"
+            " `deltastream changes: error: unrecognized arguments: --form 3; --form: did you"
+            " mean --from?`.",
             "",
             "## Commands",
             "",

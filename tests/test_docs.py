@@ -1,6 +1,7 @@
 """The documentation site (mkdocs.yml, docs/): it builds with ``mkdocs build --strict``, its
 command-line reference is the parser's, its troubleshooting page names every error, its API
-page every public name, and every example it shows runs (tests/docs_examples.py)."""
+page every public name, and every example it shows runs (tests/docs_examples.py). README.md
+stays short, and its links into docs/ lead to pages (and headings) that exist."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)(?P<info>[^\n`]*)$")
 #: Languages of code a reader runs: such a block must be an example file, included.
 RUNNABLE = {"python", "py", "sh", "bash", "shell", "toml", "pycon"}
 SNIPPET = re.compile(r'^\s*--8<-- "(?P<path>[^"]+)"\s*$')
+#: README.md is the front page: what deltastream is, the set-up, examples, links to docs/.
+README_MAX_LINES = 200
+#: A Markdown link's target: [text](target).
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 
 
 def _gen_cli() -> ModuleType:
@@ -193,3 +198,57 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     tail_page = (tmp_path / "site" / "cli" / "tail" / "index.html").read_text()
     assert "--8&lt;--" not in tail_page and "--8<--" not in tail_page
     print(f"mkdocs build --strict: {took:.1f}s")
+
+
+def _slug(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) and GitHub give a heading's text."""
+    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings (outside code blocks), as MkDocs numbers repeats."""
+    anchors: set[str] = set()
+    in_code = False
+    for line in page.read_text().splitlines():
+        if FENCE.match(line):
+            in_code = not in_code
+            continue
+        heading = re.match(r"^#{1,6}\s+(.*?)\s*#*$", line)
+        if heading and not in_code:
+            slug, n = _slug(heading[1]), 1
+            while slug in anchors:
+                slug = f"{_slug(heading[1])}_{n}"
+                n += 1
+            anchors.add(slug)
+    return anchors
+
+
+def test_readme_is_short() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): it is the front page; "
+        "put the details in docs/ and link to them"
+    )
+
+
+def test_readme_links_into_docs_resolve() -> None:
+    """Every relative link of README.md into docs/ names a file there (and a heading of it,
+    when it has an anchor); its own #anchors name its headings. Relative links work on
+    GitHub and in a checkout."""
+    readme = ROOT / "README.md"
+    targets = [m["target"] for m in LINK.finditer(readme.read_text())]
+    into_docs = [t for t in targets if t.startswith("docs/")]
+    assert into_docs, "README.md links to no page of docs/"
+    broken = []
+    for target in targets:
+        path, _, anchor = target.partition("#")
+        if path.startswith("docs/"):
+            page = ROOT / path
+        elif not path and anchor:
+            page = readme
+        else:
+            continue  # another site, or a file outside docs/
+        if not page.is_file() or (anchor and anchor not in _anchors(page)):
+            broken.append(target)
+    assert not broken, f"README.md links to what does not exist: {broken}"

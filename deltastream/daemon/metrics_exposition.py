@@ -15,7 +15,7 @@ Names follow Prometheus's guidelines (``promtool check metrics`` finds nothing t
 counters end in ``_total``, units are in the name and are base units (``_seconds``). A
 stream's labels never change while it runs: its status is a state set
 (``deltastream_stream_state{state}``, one state 1, the others 0), not an info label, so a
-failing stream does not start new series. README.md's Observability section lists them.
+failing stream does not start new series. docs/operations.md ("Metrics") lists them.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def open_table(
 ) -> Table:
     """Open a table handle; use it with ``async with`` so its clients are closed.
     ``allow_external_paths`` lets the table's log make deltastream read files outside the
-    table root: any (``True``) or those under the roots given (see README, Security)."""
+    table root: any (``True``) or those under the roots given (see docs/security.md)."""
     return Table(uri, storage_options, allow_external_paths=allow_external_paths)
 
 

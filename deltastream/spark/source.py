@@ -55,7 +55,7 @@ def spark_schema(schema: pa.Schema) -> StructType:
 
 
 class DeltaStreamDataSource(DataSource):
-    """``spark.read.format("deltastream").load(uri)``; see the README for the options."""
+    """``spark.read.format("deltastream").load(uri)``; the options: docs/spark.md."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)

@@ -21,8 +21,9 @@ For each store and each number of tables N it:
    the commit JSON renamed into place locally, or PUT on S3) to a random table, timed from
    the moment the commit exists until the row appears in that table's sink file.
 
-Targets (README): 1,000 idle local tables under half a core with notifications on and under
-1 GiB RSS; latency unchanged from 10 to 1,000 tables. Prints a table, or JSON with --json.
+Targets (docs/performance.md): 1,000 idle local tables under half a core with notifications
+on and under 1 GiB RSS; latency unchanged from 10 to 1,000 tables. Prints a table, or JSON
+with --json.
 """
 
 from __future__ import annotations

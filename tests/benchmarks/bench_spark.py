@@ -14,7 +14,7 @@ column (``id < rows / files``), each read three ways: the deltastream source wit
 ``where`` option (its file skipping by partition values and statistics, then an exact row
 filter), the deltastream source with ``DataFrame.filter`` (Spark filters after reading
 everything: pyspark 4.3 reuses a pushed-down Python reader across queries, so the source
-does not accept pushed filters; see README), and ``spark.read.parquet`` on the same files
+does not accept pushed filters; see docs/spark.md), and ``spark.read.parquet`` on the same files
 with its own partition pruning and row-group skipping. Reported: files read (deltastream:
 the files it plans; parquet: its scan's ``numFiles`` metric, the files it opens after
 partition pruning, within which it skips row groups by their statistics) and time.

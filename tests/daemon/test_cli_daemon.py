@@ -226,8 +226,8 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 
 
 def the_error(done: subprocess.CompletedProcess[str]) -> str:
-    """The one error line of a command that failed as the README says: exit status 2, one
-    ``deltastream: error:`` line, no traceback."""
+    """The one error line of a command that failed as docs/cli/index.md says: exit status 2,
+    one ``deltastream: error:`` line, no traceback."""
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and "ExceptionGroup" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("deltastream: error:")]

@@ -130,9 +130,9 @@ def test_variant_maps_to_the_struct_of_its_encodings() -> None:
 
 
 def test_pyarrow_has_no_usable_variant_extension_type() -> None:
-    """Why the representation is a plain struct (README "Types"): pyarrow 26 exposes no
-    variant type, and the canonical extension name does not survive as a type through IPC.
-    If a later pyarrow implements it, this test says it is time to reconsider."""
+    """Why the representation is a plain struct (docs/design/data.md, "Variant"): pyarrow 26
+    exposes no variant type, and the canonical extension name does not survive as a type
+    through IPC. If a later pyarrow implements it, this test says it is time to reconsider."""
     assert not [n for n in dir(pa) if "variant" in n.lower()]
     field = pa.field(
         "v",

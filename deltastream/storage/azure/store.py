@@ -81,7 +81,8 @@ def _transient(error: BaseException) -> str | None:
 
 class AzureStore(ObjectStore):
     """Blobs under one container and prefix of a storage account. Polling is the only watch
-    mechanism (README says how Event Grid notifications could be relayed)."""
+    mechanism (docs/object-stores.md, "Watching", says how Event Grid notifications could be
+    relayed)."""
 
     def __init__(
         self,

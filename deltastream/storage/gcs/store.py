@@ -101,8 +101,8 @@ def _millis(timestamp: str) -> int:
 
 
 class GcsStore(ObjectStore):
-    """Objects under ``gs://bucket/prefix``. Polling is the only watch mechanism (see
-    README: Pub/Sub notifications can be relayed by the user)."""
+    """Objects under ``gs://bucket/prefix``. Polling is the only watch mechanism (Pub/Sub
+    notifications can be relayed by the user: docs/object-stores.md, "Watching")."""
 
     def __init__(self, bucket: str, prefix: str = "", options: GcsOptions | None = None) -> None:
         super().__init__()
