@@ -16,7 +16,7 @@ crosses to the executors: :func:`read_group` opens its own store. A deletion vec
 a snapshot file travels as its descriptor and is loaded on the executor, in parallel with
 the other files' reads.
 
-Variant columns reach Spark as ``VariantType``: pyspark (4.2+) takes an Arrow
+Variant columns reach Spark as ``VariantType``: pyspark (from 4.0) takes an Arrow
 ``struct<value: binary, metadata: binary>`` whose ``metadata`` field carries the field
 metadata ``variant: true`` as a variant, in a data source's batches as everywhere else.
 :func:`spark_arrow_schema` is the rows' schema in that layout (deltastream's own variant

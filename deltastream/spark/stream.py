@@ -14,6 +14,12 @@ from the start through as many files as the read limit admits (``maxFilesPerTrig
 backwards; :meth:`partitions` packs the files between two offsets into input partitions.
 Versions are planned on the driver; executors only read files.
 
+pyspark >= 4.2 gives the start and the read limit to :meth:`latestOffset` (admission
+control) and announces ``Trigger.AvailableNow``. pyspark 4.0 and 4.1 give neither
+(:mod:`.compat`): the reader keeps the limits itself from the offsets Spark hands it, and
+the first micro-batch of a query run reads everything the table has then, as
+``Trigger.AvailableNow`` is one micro-batch there (:meth:`StreamReader._latest_unguided`).
+
 Without ``readChangeFeed``, as in Delta's own source, a version contributes the files it adds
 (``dataChange=true``); a version that deletes or rewrites data fails the stream, naming the
 version, unless ``ignoreDeletes`` (commits that only remove files are ignored),
@@ -44,13 +50,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from anyio.from_thread import BlockingPortal
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxFiles,
-    SupportsTriggerAvailableNow,
-)
 
 from deltastream.changes.commits import CommitSteps
 from deltastream.changes.planner import ChangePlanner, ChangeSchemas, removes_data
@@ -82,6 +81,14 @@ from deltastream.snapshot.loader import (
     resolve_version_at,
 )
 from deltastream.snapshot.timestamps import TimestampSearch
+from deltastream.spark.compat import (
+    PYSPARK_VERSION,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
 from deltastream.spark.options import DEFAULT_MAX_FILES, SourceOptions
 from deltastream.spark.partitions import FileGroup, FilePartition, add_partitions, read_group
 from deltastream.storage import open_store
@@ -144,8 +151,41 @@ class Offset:
 
 @dataclass(frozen=True)
 class _Budget:
+    """How much one micro-batch may read: files, and bytes (soft: one file always fits)."""
+
     files: int | None
     bytes: int | None
+
+    def full(self, files: int, size: int) -> bool:
+        """Whether ``files`` files of ``size`` bytes in all leave no room for another."""
+        return (self.files is not None and files >= self.files) or (
+            self.bytes is not None and files > 0 and size >= self.bytes
+        )
+
+    def describe(self) -> str:
+        limits = [
+            f"{name}={value}"
+            for name, value in (
+                ("maxFilesPerTrigger", self.files),
+                ("maxBytesPerTrigger", self.bytes),
+            )
+            if value is not None
+        ]
+        return ", ".join(limits) or "no limit"
+
+
+_ALL = _Budget(None, None)
+
+
+@dataclass(frozen=True)
+class _Advance:
+    """Where a walk under a budget ends, and what it read to get there."""
+
+    end: Offset
+    files: int
+    bytes: int
+    #: Whether another budget, watched on the way, would have ended the walk sooner.
+    over: bool
 
 
 @dataclass(frozen=True)
@@ -209,6 +249,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._snapshot: tuple[int, pa.Table, tuple[Any, ...]] | None = None
         #: Trigger.AvailableNow: the last version the query may read.
         self._cap: int | None = None
+        #: The offset the query started from (initialOffset, asked once per reader).
+        self._initial: Offset | None = None
+        #: Without admission control (pyspark 4.0, 4.1: latestOffset() has no start): the
+        #: end of the last offset range Spark has shown this reader (a restarted query's
+        #: last offset, then each micro-batch's end), where the next micro-batch starts.
+        self._frontier: Offset | None = None
+        #: Whether latestOffset() was called in this query run already (the first call
+        #: reads everything there is; the read limits hold from the second on).
+        self._limited = False
         #: The id of the table the stream reads (its offsets'), set by the first offset.
         self._table_id: str | None = None
         #: Keeps the stream on that table (driver only: it holds the reader's store).
@@ -222,25 +271,36 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ Spark's interface
 
     def initialOffset(self) -> dict[str, Any]:
-        offset = self._run(self._initial_offset)
-        return offset.to_json(self._followed())
+        return self._initial_offset().to_json(self._followed())
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        files, size = self.source.max_files_per_trigger, self.source.max_bytes_per_trigger
-        if size is not None and files is None:
-            return ReadMaxBytes(size)
-        return ReadMaxFiles(files or DEFAULT_MAX_FILES)
+        budget = self._default_budget()
+        if budget.files is None:
+            assert budget.bytes is not None
+            return ReadMaxBytes(budget.bytes)
+        return ReadMaxFiles(budget.files)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._cap = self._run(self._latest_version)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """pyspark >= 4.2 passes the micro-batch's start and its read limit (Spark inspects
+        this signature for them); pyspark 4.0 and 4.1 pass nothing, and the reader finds the
+        start and keeps to its limits itself (:meth:`_latest_unguided`)."""
+        if start is None:
+            return self._latest_unguided().to_json(self._followed())
         begin = self._offset(start)
-        end = self._run(self._advance, begin, self._budget(limit))
-        return max(begin, end).to_json(self._followed())
+        assert limit is not None, "Spark passes a read limit with the start"
+        walked = self._run(self._advance, begin, self._budget(limit), _ALL)
+        return max(begin, walked.end).to_json(self._followed())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        files = self._run(self._between, self._offset(start), self._offset(end))
+        begin, until = self._offset(start), self._offset(end)
+        # A restarted query's last offset comes as the range (end, end) before anything else.
+        self._seen(until)
+        files = self._run(self._between, begin, until)
         return self.source.pack(files)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -249,12 +309,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to release: planned versions before ``end`` leave the cache as it moves.
-        done = self._offset(end).version
+        committed = self._offset(end)
+        self._seen(committed)
+        done = committed.version
         for version in [v for v in self._versions if v < done]:
             del self._versions[version]
 
     def stop(self) -> None:
         self._versions.clear()
+        self._initial, self._frontier, self._limited = None, None, False
         self._steps = None
         self._snapshot = None
         # A reader started again verifies the first offset it is given, as on a restart.
@@ -327,10 +390,62 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert self._guard is not None
         self._guard.read(commit)
 
+    def _seen(self, offset: Offset) -> None:
+        if self._frontier is None or offset > self._frontier:
+            self._frontier = offset
+
+    def _latest_unguided(self) -> Offset:
+        """latestOffset without admission control (pyspark 4.0, 4.1).
+
+        Spark then calls ``latestOffset()`` with no start and no limit, and each offset it
+        returns that is past the last one becomes the end of the next micro-batch. The start
+        is the frontier: a restarted query's last offset, which Spark hands over first as
+        ``partitions(end, end)`` (``setLatestSeenOffset``), then each micro-batch's end as
+        it is planned and committed; without a frontier the query is new and starts at its
+        initial offset (Spark asks for it after this call).
+
+        Such a Spark runs ``Trigger.AvailableNow`` on a Python source as one micro-batch (it
+        cannot tell the source to stop), ending at the first offset this returns, and gives
+        the source no way to know the trigger. So the first call of a query run reads all
+        that the table has at that moment: the AvailableNow run reads exactly what existed
+        when the query started. The read limits hold from the second micro-batch on; if the
+        first one goes past them, one warning says so."""
+        begin = self._frontier if self._frontier is not None else self._initial_offset()
+        budget = self._default_budget()
+        if self._limited:
+            walked = self._run(self._advance, begin, budget, _ALL)
+        else:
+            walked = self._run(self._advance, begin, _ALL, budget)
+            self._limited = True
+            if walked.over:
+                log.warning(
+                    "%s: this query's first micro-batch reads %d files (%d bytes), past "
+                    "%s: Spark (pyspark %s) gives this source no read limits, as before "
+                    "pyspark 4.2, and runs Trigger.AvailableNow on it as one micro-batch, "
+                    "which must read everything the table has when the query starts; later "
+                    "micro-batches keep to the limits",
+                    self._plan.uri,
+                    walked.files,
+                    walked.bytes,
+                    budget.describe(),
+                    PYSPARK_VERSION,
+                )
+        end = max(begin, walked.end)
+        self._seen(end)
+        return end
+
+    def _default_budget(self) -> _Budget:
+        """The options' limits (``maxFilesPerTrigger``, ``maxBytesPerTrigger``); with
+        neither, Delta's default of files."""
+        files, size = self.source.max_files_per_trigger, self.source.max_bytes_per_trigger
+        if files is None and size is None:
+            files = DEFAULT_MAX_FILES
+        return _Budget(files, size)
+
     def _budget(self, limit: ReadLimit) -> _Budget:
         files, size = self.source.max_files_per_trigger, self.source.max_bytes_per_trigger
         if isinstance(limit, ReadAllAvailable):
-            return _Budget(None, None)
+            return _ALL
         if isinstance(limit, ReadMaxFiles):
             files = limit.max_files if files is None else min(files, limit.max_files)
         elif isinstance(limit, ReadMaxBytes):
@@ -372,7 +487,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         segment, _ = await load_segment(store)
         return segment.version
 
-    async def _initial_offset(self) -> Offset:
+    def _initial_offset(self) -> Offset:
+        """Where the query starts, found once: a new query's first micro-batch may be
+        planned from it before Spark asks for it (pyspark 4.0, 4.1)."""
+        if self._initial is None:
+            self._initial = self._run(self._find_initial_offset)
+        return self._initial
+
+    async def _find_initial_offset(self) -> Offset:
         offset = await self._starting_offset()
         if self._guard is None:
             # A new query reads the table the plan was loaded from; the start may lie past
@@ -399,19 +521,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return Offset(version)
         return Offset(await self._latest_version(), 0, snapshot=True)
 
-    async def _advance(self, start: Offset, budget: _Budget) -> Offset:
-        """The offset after as many files from ``start`` as ``budget`` admits."""
+    async def _advance(self, start: Offset, budget: _Budget, watch: _Budget) -> _Advance:
+        """The offset after as many files from ``start`` as ``budget`` admits, and whether
+        ``watch`` would have admitted fewer."""
         files = size = 0
+        over = False
         position = start
         store = self._store()
         try:
             async for before, partition, after in self._walk(store, start, None):
                 if partition is not None:
-                    full = (budget.files is not None and files >= budget.files) or (
-                        budget.bytes is not None and files > 0 and size >= budget.bytes
-                    )
-                    if full:
-                        return before
+                    if budget.full(files, size):
+                        return _Advance(before, files, size, over)
+                    over = over or watch.full(files, size)
                     files += 1
                     size += partition.size
                 position = after
@@ -420,7 +542,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise
             # What came before the version that gives the table a new id is the stream's
             # table: it is delivered first, and the next call, starting there, fails.
-        return position
+        return _Advance(position, files, size, over)
 
     async def _between(self, start: Offset, end: Offset) -> list[FilePartition]:
         if end <= start:

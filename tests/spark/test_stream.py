@@ -6,17 +6,16 @@ options, and offsets."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
 import uuid
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 from cdf_tables import upgraded_without_cdf_feature
@@ -24,68 +23,20 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.table import TableFeatures
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
+from spark_streams import (
+    CDF,
+    KEY,
+    batch,
+    commit,
+    delivered,
+    keys,
+    run_available_now,
+    start_available_now,
+)
 
 import deltastream as ds
 from deltastream.spark import SourceOptions
 from deltastream.spark.stream import StreamReader
-
-CDF = {"delta.enableChangeDataFeed": "true"}
-KEY = ["id", "v", "_change_type", "_commit_version"]
-
-
-def batch(ids: range | list[int], v: str = "a") -> pa.Table:
-    return pa.table({"id": pa.array(list(ids), pa.int64()), "v": [v] * len(ids)})
-
-
-def commit(uri: str, n: int) -> None:
-    """One commit of a cycle of appends, updates, deletes and merges."""
-    table = DeltaTable(uri)
-    kind = n % 4
-    if kind == 0:
-        write_deltalake(uri, batch(range(100 + 10 * n, 103 + 10 * n), "n"), mode="append")
-    elif kind == 1:
-        table.update(predicate=f"id % 3 = {n % 3}", updates={"v": f"'u{n}'"})
-    elif kind == 2:
-        table.delete(f"id % 5 = {n % 5}")
-    else:
-        source = batch([1, 2, 1000 + n], f"m{n}")
-        (
-            table.merge(source, predicate="t.id = s.id", source_alias="s", target_alias="t")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
-
-
-def start_available_now(spark: Any, uri: str, checkpoint: Path, out: Path, **options: str) -> Any:
-    reader = spark.readStream.format("deltastream")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return (
-        reader.load(uri)
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(checkpoint))
-        .option("path", str(out))
-        .trigger(availableNow=True)
-        .start()
-    )
-
-
-def run_available_now(
-    spark: Any, uri: str, checkpoint: Path, out: Path, **options: str
-) -> list[dict[str, Any]]:
-    query = start_available_now(spark, uri, checkpoint, out, **options)
-    query.awaitTermination(300)
-    assert query.exception() is None, query.exception()
-    return list(query.recentProgress)
-
-
-def delivered(out: Path) -> pa.Table:
-    return pads.dataset(str(out), format="parquet", exclude_invalid_files=True).to_table()
-
-
-def keys(table: pa.Table) -> Counter[tuple[Any, ...]]:
-    return Counter(zip(*(table.column(c).to_pylist() for c in KEY), strict=True))
 
 
 def test_change_feed_stream_restarts_lose_and_repeat_nothing(spark: Any, tmp_path: Path) -> None:
@@ -378,6 +329,78 @@ def test_available_now_reads_only_what_existed_when_prepared(tmp_path: Path) -> 
     end = reader.latestOffset(start, ReadMaxFiles(1000))
     assert end["version"] == 3 and end["index"] == 0
     assert reader.latestOffset(end, ReadMaxFiles(1000)) == end
+
+
+# pyspark 4.0 and 4.1 call latestOffset() without a start or a read limit (no admission
+# control), in this order: a new query's first latestOffset() before initialOffset(); a
+# restarted one's after partitions(last, last) (setLatestSeenOffset); then, per micro-batch,
+# latestOffset(), commit(the previous end), partitions(start, end). tests/spark_versions
+# runs the same through those Sparks.
+
+UNGUIDED = {"startingVersion": "0", "maxFilesPerTrigger": "1"}
+
+
+def test_unguided_first_micro_batch_reads_all_then_the_limit_holds(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = appended_table(tmp_path, 2)  # versions 0..2, a file each
+    reader = StreamReader(SourceOptions.parse({"path": uri, **UNGUIDED}))
+    with caplog.at_level(logging.WARNING, logger="deltastream.spark.stream"):
+        end = reader.latestOffset()
+    start = reader.initialOffset()  # asked after the first latestOffset(): the same start
+    assert (start["version"], start["index"]) == (0, 0)
+    # All three files: Trigger.AvailableNow is this one micro-batch on those Sparks.
+    assert (end["version"], end["index"]) == (3, 0)
+    assert rows_between(reader, start, end) == [0, 1, 2, 10, 11]
+    (warning,) = caplog.records
+    assert f"{uri}: this query's first micro-batch reads 3 files" in warning.getMessage()
+    assert "past maxFilesPerTrigger=1" in warning.getMessage()
+    for i in (2, 3):
+        write_deltalake(uri, batch([10 + i]), mode="append")  # versions 3, 4
+    caplog.clear()
+    seen, offset = [], end
+    while (later := reader.latestOffset()) != offset:
+        reader.commit(offset)  # Spark commits the previous micro-batch after latestOffset()
+        seen.append(rows_between(reader, offset, later))
+        offset = later
+    assert seen == [[12], [13]]  # a file per micro-batch
+    assert (offset["version"], offset["index"]) == (5, 0)
+    assert not caplog.records  # one warning, at the query's start
+    # Within the limits from the start: no warning.
+    caplog.clear()
+    roomy = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0"}))
+    with caplog.at_level(logging.WARNING, logger="deltastream.spark.stream"):
+        assert roomy.latestOffset()["version"] == 5
+    assert not caplog.records
+
+
+def test_unguided_restart_starts_at_the_last_offset_spark_hands_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = appended_table(tmp_path, 2)
+    first = StreamReader(SourceOptions.parse({"path": uri, **UNGUIDED}))
+    begin = first.initialOffset()
+    end = first.latestOffset()
+    first.stop()
+    for i in (2, 3, 4):
+        write_deltalake(uri, batch([10 + i]), mode="append")  # versions 3..5
+    restarted = StreamReader(SourceOptions.parse({"path": uri, **UNGUIDED}))
+    assert restarted.partitions(end, end) == []  # setLatestSeenOffset
+    # The last micro-batch, if it was not committed, runs again before anything new.
+    assert rows_between(restarted, begin, end) == [0, 1, 2, 10, 11]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="deltastream.spark.stream"):
+        later = restarted.latestOffset()  # the restarted run's first: all there is
+    assert (later["version"], later["index"]) == (6, 0)
+    assert rows_between(restarted, end, later) == [12, 13, 14]
+    (warning,) = caplog.records
+    assert "first micro-batch reads 3 files" in warning.getMessage()
+    write_deltalake(uri, batch([15]), mode="append")  # version 6
+    write_deltalake(uri, batch([16]), mode="append")  # version 7
+    restarted.commit(end)
+    after = restarted.latestOffset()
+    assert (after["version"], after["index"]) == (7, 0)
+    assert rows_between(restarted, later, after) == [15]
 
 
 def test_starting_version_latest_reads_only_later_commits(tmp_path: Path) -> None:

@@ -1,0 +1,147 @@
+"""The Spark source on every supported pyspark: a smoke suite that
+``tests/spark_versions/run`` runs under pyspark 4.0, 4.1 and 4.2, each in a virtualenv of
+its own, and the main suite runs under the newest (the full Spark suite, tests/spark/, runs
+there only). Each case is compared with deltalake: batch rows, a batch change range, a
+``Trigger.AvailableNow`` change-feed stream with ``maxFilesPerTrigger=1`` restarted from
+its checkpoint, and a ``processingTime`` stream picking up a new commit.
+
+Before pyspark 4.2 Spark gives a Python source no read limits and runs AvailableNow on it
+as one micro-batch (deltastream/spark/compat.py): the reader keeps the limit itself from
+the second micro-batch of a query run on, and the AvailableNow run still reads all that
+existed when it started."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyspark
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from spark_streams import CDF, KEY, batch, commit, delivered, keys, run_available_now, start_stream
+
+from deltastream.spark.compat import ADMISSION_CONTROL
+
+CHANGES = {"readChangeFeed": "true", "startingVersion": "0", "maxFilesPerTrigger": "1"}
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one small table: versions 0..4 (a write, an update, a delete, a merge, an
+    append), its change data feed on. Tests that commit copy it first."""
+    path = tmp_path_factory.mktemp("smoke") / "t"
+    write_deltalake(str(path), batch(range(10)), configuration=CDF)
+    for n in range(1, 5):
+        commit(str(path), n)
+    return path
+
+
+@pytest.fixture
+def own_table(table: Path, tmp_path: Path) -> str:
+    copy = tmp_path / "t"
+    shutil.copytree(table, copy)
+    return str(copy)
+
+
+def load_cdf(uri: str, start: int = 0, end: int | None = None) -> pa.Table:
+    return pa.table(DeltaTable(uri).load_cdf(starting_version=start, ending_version=end))
+
+
+def with_rows(progress: list[dict[str, Any]]) -> list[int]:
+    """The rows of each micro-batch that had any."""
+    return [p["numInputRows"] for p in progress if p["numInputRows"] > 0]
+
+
+def test_the_pyspark_asked_for() -> None:
+    """tests/spark_versions/run names the version each virtualenv must have."""
+    expected = os.environ.get("DELTASTREAM_SMOKE_PYSPARK")
+    if expected is not None:
+        assert pyspark.__version__ == expected
+    minor = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
+    assert ADMISSION_CONTROL is (minor >= (4, 2))
+
+
+def test_batch_rows(spark: Any, table: Path) -> None:
+    got = spark.read.format("deltastream").load(str(table)).toArrow()
+    expected = DeltaTable(str(table)).to_pyarrow_table()
+    assert got.num_rows == expected.num_rows > 0
+    assert Counter(zip(got["id"].to_pylist(), got["v"].to_pylist(), strict=True)) == Counter(
+        zip(expected["id"].to_pylist(), expected["v"].to_pylist(), strict=True)
+    )
+
+
+def test_batch_change_range(spark: Any, table: Path) -> None:
+    got = (
+        spark.read.format("deltastream")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 1)
+        .option("endingVersion", 3)
+        .load(str(table))
+        .toArrow()
+    )
+    expected = load_cdf(str(table), 1, 3)
+    assert got.num_rows == expected.num_rows > 0
+    assert keys(got) == keys(expected.select(KEY))
+
+
+def test_available_now_change_feed_restarted_from_its_checkpoint(
+    spark: Any, own_table: str, tmp_path: Path
+) -> None:
+    uri, checkpoint, out = own_table, tmp_path / "ckpt", tmp_path / "out"
+    first = with_rows(run_available_now(spark, uri, checkpoint, out, **CHANGES))
+    assert keys(delivered(out)) == keys(load_cdf(uri).select(KEY))
+    for n in (5, 6):
+        commit(uri, n)
+    second = with_rows(run_available_now(spark, uri, checkpoint, out, **CHANGES))
+    got, expected = delivered(out), load_cdf(uri)
+    assert got.num_rows == expected.num_rows > 0
+    assert keys(got) == keys(expected.select(KEY))
+    assert sum(second) == expected.num_rows - sum(first)
+    if ADMISSION_CONTROL:  # a file per micro-batch
+        assert len(first) > 1 and len(second) > 1
+    else:  # Spark runs AvailableNow as one micro-batch, the reader reads all there is
+        assert len(first) == len(second) == 1
+
+
+def test_processing_time_stream_picks_up_a_new_commit(
+    spark: Any, own_table: str, tmp_path: Path
+) -> None:
+    uri, out = own_table, tmp_path / "out"
+    query = start_stream(
+        spark, uri, tmp_path / "ckpt", out, {"processingTime": "1 second"}, **CHANGES
+    )
+    try:
+        before = load_cdf(uri)
+        wait_for(query, out, before)
+        # Version 5: an append of two files, a micro-batch each: the limit holds after a
+        # query run's first micro-batch on every pyspark (on every one from 4.2).
+        two_files = batch([500, 501]).to_batches(max_chunksize=1)
+        write_deltalake(uri, two_files, mode="append", target_file_size=1)
+        wait_for(query, out, load_cdf(uri))
+        batches = with_rows(query.recentProgress)
+    finally:
+        query.stop()
+    assert sum(batches) == before.num_rows + 2
+    assert batches[-2:] == [1, 1]
+    if not ADMISSION_CONTROL:
+        assert batches[0] == before.num_rows
+
+
+def wait_for(query: Any, out: Path, expected: pa.Table, timeout: float = 180) -> None:
+    """Until the stream has delivered ``expected``'s rows (and no more)."""
+    want = keys(expected.select(KEY))
+    deadline = time.monotonic() + timeout
+    while True:
+        assert query.exception() is None, query.exception()
+        so_far = delivered(out) if out.exists() else pa.table({})
+        got = keys(so_far) if so_far.num_columns else Counter()  # no file yet: no columns
+        if got == want:
+            query.processAllAvailable()  # and its progress reported
+            return
+        assert time.monotonic() < deadline, f"delivered {got}, expected {want}"
+        time.sleep(0.5)
