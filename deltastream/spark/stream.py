@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 from anyio.from_thread import BlockingPortal
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from deltastream.changes.columns import change_constants
 from deltastream.changes.commits import CommitSteps
 from deltastream.changes.planner import ChangePlanner, ChangeSchemas, removes_data
 from deltastream.errors import (
@@ -627,7 +628,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         check_live_files(store, version, snapshot.files)
         constants: tuple[Any, ...] = ()
         if self._plan.changes is not None:
-            constants = ("insert", version, (snapshot.timestamp_ms or 0) * 1000)
+            constants = change_constants("insert", version, snapshot.timestamp_ms or 0)
         files = snapshot.files.select(["path", "partitionValues", "size", "deletionVector"])
         files = files.sort_by("path")
         self._snapshot = (version, files, constants)
