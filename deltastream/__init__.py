@@ -71,10 +71,9 @@ from deltastream.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
     from deltastream.daemon.api import tail
-    from deltastream.daemon.config import load_config
     from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
-    from deltastream.daemon.reset import reset_stream
-    from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+    from deltastream.daemon.service.config import load_config
+    from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
     from deltastream.daemon.sinks import (
         CallbackSink,
         DeltaSink,
@@ -85,7 +84,8 @@ if TYPE_CHECKING:
         PostgresSink,
         parse_sink,
     )
-    from deltastream.daemon.tailer import (
+    from deltastream.daemon.stream.reset import reset_stream
+    from deltastream.daemon.stream.tailer import (
         Mode,
         OnMissingFile,
         OnMissingVersions,
@@ -101,10 +101,12 @@ if TYPE_CHECKING:
 # workers start a fresh interpreter per streaming query) should not pay for them.
 _LAZY = {
     "tail": "deltastream.daemon.api",
-    "load_config": "deltastream.daemon.config",
+    "load_config": "deltastream.daemon.service.config",
     **dict.fromkeys(("Delivery", "Position", "Sink", "StreamRef"), "deltastream.daemon.delivery"),
-    "reset_stream": "deltastream.daemon.reset",
-    **dict.fromkeys(("Service", "ServiceConfig", "StreamConfig"), "deltastream.daemon.service"),
+    "reset_stream": "deltastream.daemon.stream.reset",
+    **dict.fromkeys(
+        ("Service", "ServiceConfig", "StreamConfig"), "deltastream.daemon.service.supervisor"
+    ),
     **dict.fromkeys(
         (
             "CallbackSink",
@@ -128,7 +130,7 @@ _LAZY = {
             "TailConfig",
             "Tailer",
         ),
-        "deltastream.daemon.tailer",
+        "deltastream.daemon.stream.tailer",
     ),
     "S3Options": "deltastream.storage.s3",
 }

@@ -29,29 +29,29 @@ import pyarrow as pa
 
 from deltastream._version import __version__
 from deltastream.changes.api import read_changes
-from deltastream.daemon import sd_notify
-from deltastream.daemon.address import parse_address
 from deltastream.daemon.api import default_stream_name
-from deltastream.daemon.config import load_config
-from deltastream.daemon.logs import (
+from deltastream.daemon.observability.logs import (
     LOG_FORMATS,
     LOG_LEVELS,
     LOG_SUMMARY_INTERVAL,
     configure_logging,
 )
-from deltastream.daemon.preflight import check_service
-from deltastream.daemon.progress import PROGRESS_MODES, progress_bar
-from deltastream.daemon.redaction import Redactor
-from deltastream.daemon.reset import reset_stream
-from deltastream.daemon.service import Service, ServiceConfig, single_stream
+from deltastream.daemon.observability.progress import PROGRESS_MODES, progress_bar
+from deltastream.daemon.observability.redaction import Redactor
+from deltastream.daemon.service import sd_notify
+from deltastream.daemon.service.address import parse_address
+from deltastream.daemon.service.config import load_config
+from deltastream.daemon.service.preflight import check_service
+from deltastream.daemon.service.supervisor import Service, ServiceConfig, single_stream
 from deltastream.daemon.sinks import parse_sink
-from deltastream.daemon.stream_config import (
+from deltastream.daemon.stream.config import (
     OPTIONS,
     add_cli_options,
     cli_options,
     parse_key_values,
     tail_config,
 )
+from deltastream.daemon.stream.reset import reset_stream
 from deltastream.demo import run_demo
 from deltastream.errors import DeltaStreamError, InvalidArgumentError, OutputClosedError
 from deltastream.log.actions import AddFile
@@ -307,7 +307,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     tail.add_argument("--name", help="the stream's name (default: from the table's path)")
     # --mode, --from, --storage-option, --poll-interval, …: the stream options, with their
-    # defaults and checks, as defined in deltastream.daemon.stream_config.
+    # defaults and checks, as defined in deltastream.daemon.stream.config.
     add_cli_options(tail)
     tail.add_argument(
         "--http",

@@ -28,9 +28,9 @@ import anyio.to_thread
 import pyarrow as pa
 
 from deltastream.daemon.delivery import Delivery
-from deltastream.daemon.service import Service, single_stream
+from deltastream.daemon.service.supervisor import Service, single_stream
 from deltastream.daemon.sinks import CallbackSink
-from deltastream.daemon.tailer import TailConfig
+from deltastream.daemon.stream.tailer import TailConfig
 from deltastream.errors import InvalidArgumentError, OutputClosedError
 from deltastream.output import json_value
 

@@ -222,8 +222,8 @@ def _default(value: object) -> str:
 
 def _config_page() -> str:
     """The keys of a ``serve`` file's ``[[tables]]`` (and ``[defaults]``): the stream options
-    of deltastream.daemon.stream_config, with their ``tail`` flags and Python keywords."""
-    from deltastream.daemon.stream_config import OPTIONS
+    of deltastream.daemon.stream.config, with their ``tail`` flags and Python keywords."""
+    from deltastream.daemon.stream.config import OPTIONS
 
     rows = ["| key | `tail` flag | `deltastream.tail` keyword | default | meaning |"]
     rows.append("| --- | --- | --- | --- | --- |")

@@ -460,7 +460,9 @@ def test_log_level_after_tail_quiets_or_opens_its_log(
         return capsys.readouterr().err  # (the rows went to stdout)
 
     default = tail([], [])
-    assert "INFO deltastream.daemon.tailer: t: delivering the snapshot of version 0" in default
+    assert (
+        "INFO deltastream.daemon.stream.tailer: t: delivering the snapshot of version 0" in default
+    )
     assert tail(["--log-level", "warning"], []) == tail([], ["--log-level", "warning"]) == ""
     for verbose in (tail(["-v"], []), tail([], ["-v"])):
         assert "DEBUG deltastream.daemon" in verbose

@@ -53,7 +53,7 @@ from deltalake import DeltaTable, write_deltalake
 
 import deltastream as ds
 from deltastream import errors as ds_errors
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig, Tailer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "daemon"))
 from tailing import Collector, eventually, fast

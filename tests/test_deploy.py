@@ -44,11 +44,11 @@ from prometheus_server import families, promtool, run_prometheus, series, until
 
 from deltastream.changes.api import read_changes
 from deltastream.cli import _build_parser
-from deltastream.daemon.config import load_config, parse_config
-from deltastream.daemon.server import parse_address
-from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.service.config import load_config, parse_config
+from deltastream.daemon.service.server import parse_address
+from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import JsonlSink, ParquetSink, parse_sink
-from deltastream.daemon.stream_config import Mode, StartFrom, TailConfig
+from deltastream.daemon.stream.config import Mode, StartFrom, TailConfig
 from deltastream.storage.s3 import S3Options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -854,7 +854,7 @@ def test_systemd_limits_memory_and_runs_a_watchdog() -> None:
     assert match, f"MemoryMax={limit}: not a size"
     scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[match.group(2)]
     assert int(match.group(1)) * scale >= 512 * 2**20
-    # Type=notify: the daemon says READY=1 (deltastream/daemon/sd_notify.py), and pings the
+    # Type=notify: the daemon says READY=1 (deltastream/daemon/service/sd_notify.py), and pings the
     # watchdog every WatchdogSec/2; only the main process may notify.
     assert unit_value("Service", "Type") == "notify"
     assert unit_value("Service", "NotifyAccess") == "main"

@@ -88,7 +88,7 @@ def test_every_command_has_a_page_in_the_nav_and_the_overview() -> None:
 
 
 def test_following_guide_names_every_server_key() -> None:
-    from deltastream.daemon.config import SERVER_KEYS
+    from deltastream.daemon.service.config import SERVER_KEYS
 
     text = (DOCS / "following.md").read_text()
     missing = [key for key in SERVER_KEYS if f"`{key}`" not in text]

@@ -13,6 +13,10 @@ imports the bare package ``deltastream`` (its root imports everything: ``__versi
 from :mod:`deltastream._version`). The top-level ``pyspark_deltastream`` package (Spark's
 automatic registration) imports ``deltastream.spark`` and nothing else of deltastream.
 
+Within the daemon its parts are layered the same way (:data:`DAEMON_LAYERS`)::
+
+    {delivery, crashpoints} <- {sinks, observability} <- stream <- service <- api
+
 Every import statement counts, wherever it is: relative ones (resolved), those inside
 functions (deferred to spare an optional extra or a heavy library, but a dependency all
 the same), and those under ``if TYPE_CHECKING:``. The last count for the layers because a
@@ -64,6 +68,19 @@ LAYERS: list[tuple[str, ...]] = [
     ("deltastream.__main__",),
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+#: The daemon's parts, bottom to top, in the same way: each name is a module or subpackage of
+#: ``deltastream.daemon``. Streams use sinks only through the seam in ``delivery`` (and
+#: ``crashpoints``, which sinks call too), so a sink never knows the stream machinery; the
+#: service runs streams; ``api`` (``deltastream.tail``) runs a service.
+DAEMON_LAYERS: list[tuple[str, ...]] = [
+    ("deltastream.daemon.delivery", "deltastream.daemon.crashpoints"),
+    ("deltastream.daemon.sinks", "deltastream.daemon.observability"),
+    ("deltastream.daemon.stream",),
+    ("deltastream.daemon.service",),
+    ("deltastream.daemon.api", "deltastream.daemon"),
+]
+DAEMON_LAYER_OF = {name: i for i, names in enumerate(DAEMON_LAYERS) for name in names}
 
 #: Network libraries: the object stores use them, and so does the daemon for its own endpoints
 #: (the HTTP sink and the health/metrics server); nothing else may.
@@ -224,6 +241,38 @@ def test_imports_point_down_the_layers() -> None:
     assert not violations, "\n".join(violations)
 
 
+def daemon_key(module: str) -> str:
+    """The name of :data:`DAEMON_LAYERS` a module of the daemon is listed under."""
+    return ".".join(module.split(".")[:3])
+
+
+def test_every_daemon_module_is_on_a_named_part() -> None:
+    daemon = {m for m in package_modules() if inside(m, "deltastream.daemon")}
+    unlisted = sorted(m for m in daemon if daemon_key(m) not in DAEMON_LAYER_OF)
+    assert unlisted == [], f"add to DAEMON_LAYERS: {unlisted}"
+    assert sorted(set(DAEMON_LAYER_OF) - {daemon_key(m) for m in daemon}) == []
+
+
+def test_the_daemons_parts_import_down() -> None:
+    """Sinks never import the stream machinery or the service, observability imports
+    neither them nor the sinks, streams never import the service (see
+    :data:`DAEMON_LAYERS`)."""
+    violations = []
+    for imp in all_imports():
+        if not (
+            inside(imp.importer, "deltastream.daemon") and inside(imp.target, "deltastream.daemon")
+        ):
+            continue
+        mine, theirs = daemon_key(imp.importer), daemon_key(imp.target)
+        if mine == theirs or theirs not in DAEMON_LAYER_OF or mine not in DAEMON_LAYER_OF:
+            continue  # unlisted parts: the test above
+        if DAEMON_LAYER_OF[theirs] > DAEMON_LAYER_OF[mine]:
+            violations.append(f"{imp}: upward, from {mine} to {theirs}")
+        elif DAEMON_LAYER_OF[theirs] == DAEMON_LAYER_OF[mine]:
+            violations.append(f"{imp}: {mine} and {theirs} share a part and are independent")
+    assert not violations, "\n".join(violations)
+
+
 def test_nothing_inside_imports_the_package_root() -> None:
     """The root imports the whole public API, so a module importing it (for
     ``__version__``, say) would import everything above itself, in a circle."""
@@ -351,26 +400,26 @@ def test_the_checks_see_every_kind_of_import() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
         "from . import http, missing\n"
-        "from ..service import Service\n"
+        "from ..stream.tailer import Tailer\n"
         "from ... import cli, __version__\n"
         "if TYPE_CHECKING:\n"
         "    from ...spark import options\n"
         "def f():\n"
         "    import deltastream.demo\n"
         "    if TYPE_CHECKING:\n"
-        "        from .. import metrics\n"
+        "        from ..observability import metrics\n"
     )
     found = parse_imports(PACKAGE / "daemon" / "sinks" / "common.py", source)
     assert [(i.target, i.line, i.where) for i in found] == [
         ("typing", 1, "module"),
         ("deltastream.daemon.sinks.http", 2, "module"),
         ("deltastream.daemon.sinks", 2, "module"),
-        ("deltastream.daemon.service", 3, "module"),
+        ("deltastream.daemon.stream.tailer", 3, "module"),
         ("deltastream.cli", 4, "module"),
         ("deltastream", 4, "module"),
         ("deltastream.spark.options", 6, "TYPE_CHECKING"),
         ("deltastream.demo", 8, "function"),
-        ("deltastream.daemon.metrics", 10, "function"),
+        ("deltastream.daemon.observability.metrics", 10, "function"),
     ]
     assert {i.importer for i in found} == {"deltastream.daemon.sinks.common"}
 

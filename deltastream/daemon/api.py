@@ -10,7 +10,7 @@
                            storage_options={"region": "eu-west-1"})
 
 The keywords after ``state`` and ``name`` are the stream options, with the names, defaults
-and checks of :mod:`deltastream.daemon.stream_config` (the ``tail`` command's options and the
+and checks of :mod:`deltastream.daemon.stream.config` (the ``tail`` command's options and the
 ``serve`` file's keys; ``from`` is ``start`` here): a wrong type or value raises
 :class:`~deltastream.errors.InvalidArgumentError` naming the keyword and the value.
 
@@ -29,11 +29,11 @@ from urllib.parse import urlsplit
 import anyio
 
 from deltastream.daemon.delivery import Delivery, Sink
-from deltastream.daemon.preflight import check_service
-from deltastream.daemon.reset import reset_stream
-from deltastream.daemon.service import Service, single_stream
+from deltastream.daemon.service.preflight import check_service
+from deltastream.daemon.service.supervisor import Service, single_stream
 from deltastream.daemon.sinks import CallbackSink, parse_sink
-from deltastream.daemon.stream_config import TailOptions, tail_config
+from deltastream.daemon.stream.config import TailOptions, tail_config
+from deltastream.daemon.stream.reset import reset_stream
 
 __all__ = ["default_stream_name", "tail"]
 
@@ -61,7 +61,7 @@ async def tail(
     with each :class:`Delivery` (sync or async; at-least-once). ``reset=True`` first
     discards what the stream wrote to the sink and its state, starting it over. ``options``:
     ``mode``, ``start``, ``storage_options``, ``poll_interval``, … (see :class:`TailOptions`),
-    each at :class:`~deltastream.daemon.stream_config.TailConfig`'s default if not given."""
+    each at :class:`~deltastream.daemon.stream.config.TailConfig`'s default if not given."""
     config = tail_config(name or default_stream_name(uri), uri, state, options)
     sinks: dict[str, Sink] = {}
     if isinstance(sink, Sink):

@@ -25,7 +25,7 @@ The points, in the order a delivery passes them:
                         name it yet
 ``state.snapshot-prune`` ``position.json`` names the new snapshot; older ones not yet deleted
 
-And the points a reset (:mod:`deltastream.daemon.reset`) passes:
+And the points a reset (:mod:`deltastream.daemon.stream.reset`) passes:
 
 ``reset.marked``        the reset is recorded in the state directory; nothing removed yet
 ``reset.output-file``   a file sink removed one file of the stream's output (passed per file)

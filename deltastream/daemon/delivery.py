@@ -182,7 +182,7 @@ class Sink(AsyncClosable, ABC):
     guarantee: Guarantee = "at-least-once"
     #: The rows per delivery the sink works best with: a stream's deliveries hold at most
     #: this many rows unless its ``max_rows_per_delivery`` says otherwise
-    #: (:meth:`~deltastream.daemon.stream_config.TailConfig.resolved_max_rows_per_delivery`).
+    #: (:meth:`~deltastream.daemon.stream.config.TailConfig.resolved_max_rows_per_delivery`).
     rows_per_delivery: int = ROWS_PER_DELIVERY
     #: Told of every retry a sink that retries makes inside :meth:`deliver` (set by the
     #: tailer); ``None``: such a sink logs each retry at WARNING itself.

@@ -4,7 +4,7 @@ Both readers watch the same table on a local object store server (``--store``: S
 Azure on Azurite, GCS on gcp-storage-emulator; default all) for ``--seconds``, polling every
 ``--poll-interval`` seconds, each through its own request-counting HTTP proxy:
 
-* **deltastream**: a :class:`~deltastream.daemon.tailer.Tailer` in ``follow`` mode;
+* **deltastream**: a :class:`~deltastream.daemon.stream.tailer.Tailer` in ``follow`` mode;
 * **delta-rs**: ``DeltaTable.update_incremental()`` in a loop (the reference library's way to
   notice new versions); not on GCS, whose emulator delta-rs cannot list (it uses GCS's XML
   API, which gcp-storage-emulator does not serve).
@@ -71,7 +71,7 @@ async def idle_tailer(
     """Run a follow tailer; from its first poll on (when ``window_start`` is called), for
     ``seconds``: (polls made, its store's request counts)."""
     from deltastream.daemon.sinks import CallbackSink
-    from deltastream.daemon.tailer import Mode, TailConfig, Tailer
+    from deltastream.daemon.stream.tailer import Mode, TailConfig, Tailer
 
     with tempfile.TemporaryDirectory() as state:
         config = TailConfig(

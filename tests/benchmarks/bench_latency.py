@@ -3,7 +3,7 @@
 A writer thread commits small appends with ``deltalake`` (one every ``--interval`` seconds,
 jittered) while two readers follow the table in the same process:
 
-* **deltastream**: a :class:`~deltastream.daemon.tailer.Tailer` delivering to a callback
+* **deltastream**: a :class:`~deltastream.daemon.stream.tailer.Tailer` delivering to a callback
   sink; a version's latency ends when the sink receives its first row;
 * **delta-rs**: the straightforward loop with the reference library: every poll interval
   ``DeltaTable.update_incremental()``, and when the version moved, ``load_cdf`` of the new
@@ -142,7 +142,7 @@ def reference_poller(setup: Setup, recorder: Recorder, stop: threading.Event) ->
 async def run_scenario(setup: Setup, commits: int, interval: float) -> dict[str, Any]:
     from deltastream.daemon.delivery import Delivery
     from deltastream.daemon.sinks import CallbackSink
-    from deltastream.daemon.tailer import Mode, TailConfig, Tailer
+    from deltastream.daemon.stream.tailer import Mode, TailConfig, Tailer
 
     ours, theirs = Recorder(), Recorder()
     committed: dict[int, float] = {}

@@ -25,9 +25,9 @@ import anyio
 
 from deltastream.daemon.crashpoints import CRASH_ENV
 from deltastream.daemon.delivery import Delivery, Sink
-from deltastream.daemon.reset import reset_stream
 from deltastream.daemon.sinks import CallbackSink, parse_sink
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+from deltastream.daemon.stream.reset import reset_stream
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig, Tailer
 
 __all__ = ["CALLBACK", "Job", "change_tuple", "run_job"]
 
@@ -146,9 +146,9 @@ def run_job(job: Job, timeout: float = 60.0) -> int:
         _context.set_forkserver_preload(
             [
                 "crashpoint_child",
-                "deltastream.daemon.tailer",
+                "deltastream.daemon.stream.tailer",
                 "deltastream.daemon.sinks",
-                "deltastream.daemon.reset",
+                "deltastream.daemon.stream.reset",
             ]
         )
     process = _context.Process(target=_child, args=(job,))

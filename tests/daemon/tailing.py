@@ -19,10 +19,10 @@ import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from deltastream.daemon.delivery import Delivery
-from deltastream.daemon.service import StreamConfig
+from deltastream.daemon.service.supervisor import StreamConfig
 from deltastream.daemon.sinks import CallbackSink
-from deltastream.daemon.stream_config import Mode, StartFrom
-from deltastream.daemon.tailer import TailConfig, Tailer
+from deltastream.daemon.stream.config import Mode, StartFrom
+from deltastream.daemon.stream.tailer import TailConfig, Tailer
 
 __all__ = [
     "CDF",

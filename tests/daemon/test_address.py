@@ -1,4 +1,4 @@
-"""The HTTP server's address (daemon/address.py): HOST:PORT parsed and checked, and a bind
+"""The HTTP server's address (daemon/service/address.py): HOST:PORT parsed and checked, and a bind
 probe that finds a port in use before the server starts."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from deltastream.daemon.address import check_bindable, parse_address
+from deltastream.daemon.service.address import check_bindable, parse_address
 from deltastream.errors import InvalidArgumentError
 
 

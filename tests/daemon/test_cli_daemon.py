@@ -17,7 +17,7 @@ from deltalake import write_deltalake
 from tailing import Writer, batch, create_table, expected_changes, wait_for_output
 
 from deltastream.cli import _build_parser, _tail_config
-from deltastream.daemon.tailer import Mode, StartFrom
+from deltastream.daemon.stream.tailer import Mode, StartFrom
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deltastream.daemon.config import load_config, parse_config
-from deltastream.daemon.tailer import Mode, OnMissingFile, OnMissingVersions, OnSchemaChange
+from deltastream.daemon.service.config import load_config, parse_config
+from deltastream.daemon.stream.tailer import Mode, OnMissingFile, OnMissingVersions, OnSchemaChange
 from deltastream.errors import InvalidArgumentError
 
 FULL = """

@@ -18,7 +18,7 @@ from deltastream.cli import run
 from deltastream.daemon.delivery import Delivery, Position
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.sinks.parquet import parse_parquet_file_name
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig
 
 #: The one version of :func:`grouped`: 40 rows in 10 row groups, so 10 batches of 4 rows.
 ROWS = 40

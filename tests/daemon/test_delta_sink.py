@@ -35,9 +35,8 @@ from tailing import (
     small_deliveries,
 )
 
-from deltastream.daemon.config import parse_config
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
-from deltastream.daemon.reset import reset_stream
+from deltastream.daemon.service.config import parse_config
 from deltastream.daemon.sinks import DeltaSink, parse_sink
 from deltastream.daemon.sinks.delta import (
     RELEASED,
@@ -48,8 +47,9 @@ from deltastream.daemon.sinks.delta import (
     last_changes,
     rows_in,
 )
-from deltastream.daemon.stream_config import Mode, StartFrom, TailConfig, tail_config
-from deltastream.daemon.tailer import Tailer
+from deltastream.daemon.stream.config import Mode, StartFrom, TailConfig, tail_config
+from deltastream.daemon.stream.reset import reset_stream
+from deltastream.daemon.stream.tailer import Tailer
 from deltastream.errors import (
     InvalidArgumentError,
     SinkInUseError,

@@ -29,7 +29,7 @@ from tailing import (
 )
 
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.tailer import (
+from deltastream.daemon.stream.tailer import (
     Mode,
     OnMissingFile,
     OnMissingVersions,

@@ -21,12 +21,12 @@ from deltalake import DeltaTable, write_deltalake
 from tailing import CDF, SMALL_GROUPS, batch, change_key, run_tailer_until
 
 from deltastream.cli import run
-from deltastream.daemon.config import parse_config
 from deltastream.daemon.crashpoints import CRASH_ENV, CRASH_EXIT_STATUS
 from deltastream.daemon.delivery import Position, StreamRef
-from deltastream.daemon.sink_marker import OutputMarker
+from deltastream.daemon.service.config import parse_config
 from deltastream.daemon.sinks import parse_sink
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+from deltastream.daemon.sinks.marker import OutputMarker
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig, Tailer
 from deltastream.errors import InvalidArgumentError
 
 

@@ -29,10 +29,10 @@ from tailing import create_table, wait_for_output
 
 import deltastream
 from deltastream.cli import _build_parser, _tail_config, run
-from deltastream.daemon.config import load_config
 from deltastream.daemon.delivery import Delivery, Position
+from deltastream.daemon.service.config import load_config
 from deltastream.daemon.sinks import ExecSink, parse_sink
-from deltastream.daemon.stream_config import EXEC_TIMEOUT, TailConfig, tail_config
+from deltastream.daemon.stream.config import EXEC_TIMEOUT, TailConfig, tail_config
 from deltastream.errors import InvalidArgumentError, SinkError
 
 pytestmark = pytest.mark.anyio

@@ -23,11 +23,11 @@ from aiohttp import web
 from conftest import S3_CREDENTIALS, S3Server, free_port
 from tailing import Collector, create_table, eventually
 
-from deltastream.daemon.config import parse_config
-from deltastream.daemon.metrics import TableMetrics
-from deltastream.daemon.metrics_exposition import render_prometheus
-from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
-from deltastream.daemon.tailer import Mode, TailConfig
+from deltastream.daemon.observability.metrics import TableMetrics
+from deltastream.daemon.observability.metrics_exposition import render_prometheus
+from deltastream.daemon.service.config import parse_config
+from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.stream.tailer import Mode, TailConfig
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage.retry import RetryEvent
 

@@ -34,9 +34,9 @@ from deltalake import write_deltalake
 from tailing import batch, create_table, eventually, wait_for_output
 
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import ExecSink, HttpSink
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -282,7 +282,7 @@ def test_a_write_past_the_file_size_limit_is_one_line_naming_the_file(
     # ``orders: StorageError: <file>: cannot write: <the OS's words>; restarting in 1.2s``
     named = re.escape(f"{output}/orders-" if kind == "parquet" else f"{output}")
     line = re.compile(
-        r"^\S+ \S+ WARNING deltastream\.daemon\.service: "
+        r"^\S+ \S+ WARNING deltastream\.daemon\.service\.supervisor: "
         rf"orders: StorageError: {named}\S*: cannot write: .*File too large; "
         r"restarting in \d+\.\ds$",
         re.M,

@@ -23,8 +23,8 @@ from deltalake import write_deltalake
 from tailing import batch, change_key, create_table, eventually, expected_changes
 
 from deltastream.daemon.delivery import Delivery, HeldPosition, Position, Sink, StreamRef
-from deltastream.daemon.stream_config import Mode, StartFrom, TailConfig
-from deltastream.daemon.tailer import Tailer
+from deltastream.daemon.stream.config import Mode, StartFrom, TailConfig
+from deltastream.daemon.stream.tailer import Tailer
 from deltastream.errors import SinkRecoveryError
 
 

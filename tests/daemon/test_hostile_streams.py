@@ -14,9 +14,9 @@ import pytest
 from hostile_tables import HOSTILE
 from tailing import create_table, eventually
 
-from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import CallbackSink
-from deltastream.daemon.stream_config import Mode, StartFrom, TailConfig
+from deltastream.daemon.stream.config import Mode, StartFrom, TailConfig
 
 
 @pytest.mark.anyio

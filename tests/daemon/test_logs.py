@@ -18,9 +18,9 @@ from tailing import Collector, Writer, batch, create_table, eventually, follow_s
 
 from deltastream.cli import _build_parser, _serve_config, _tail_config
 from deltastream.daemon.delivery import Delivery, Position
-from deltastream.daemon.logs import LOG_SUMMARY_INTERVAL, configure_logging
-from deltastream.daemon.redaction import REDACTED
-from deltastream.daemon.service import Service, ServiceConfig
+from deltastream.daemon.observability.logs import LOG_SUMMARY_INTERVAL, configure_logging
+from deltastream.daemon.observability.redaction import REDACTED
+from deltastream.daemon.service.supervisor import Service, ServiceConfig
 from deltastream.daemon.sinks import CallbackSink
 from deltastream.errors import InvalidArgumentError
 

@@ -37,12 +37,12 @@ from tailing import Collector, batch, create_table, eventually, follow_stream
 from deltastream import __version__
 from deltastream.changes.columns import CDF_FIELDS
 from deltastream.daemon.delivery import Delivery, Position
-from deltastream.daemon.metrics import STREAM_STATES, Histogram, TableMetrics
-from deltastream.daemon.metrics_exposition import metrics_registry
-from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.observability.metrics import STREAM_STATES, Histogram, TableMetrics
+from deltastream.daemon.observability.metrics_exposition import metrics_registry
+from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import CallbackSink
-from deltastream.daemon.stream_config import Mode
-from deltastream.daemon.tailer import TailConfig
+from deltastream.daemon.stream.config import Mode
+from deltastream.daemon.stream.tailer import TailConfig
 
 # --------------------------------------------------------------------------- helpers
 

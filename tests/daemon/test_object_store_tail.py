@@ -13,7 +13,7 @@ from object_stores import Bucket, Mirror
 from tailing import Collector, Writer, create_table, eventually, expected_changes, fast
 
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig, Tailer
 from deltastream.storage import open_store
 
 

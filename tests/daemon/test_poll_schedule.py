@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from deltastream.daemon.poll_schedule import PollSlots, slot_phase
+from deltastream.daemon.stream.poll_schedule import PollSlots, slot_phase
 
 
 def test_phases_of_any_prefix_are_evenly_spread() -> None:

@@ -38,8 +38,8 @@ from tailing import Writer, batch, create_table, eventually, expected_changes, s
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
 from deltastream.daemon.sinks import PostgresSink, parse_sink
 from deltastream.daemon.sinks.postgresql import PostgresSpec
-from deltastream.daemon.stream_config import Mode, OnSchemaChange, StartFrom, TailConfig
-from deltastream.daemon.tailer import Tailer
+from deltastream.daemon.stream.config import Mode, OnSchemaChange, StartFrom, TailConfig
+from deltastream.daemon.stream.tailer import Tailer
 from deltastream.errors import (
     InvalidArgumentError,
     SinkError,
@@ -709,7 +709,7 @@ async def test_a_target_holding_another_tables_rows_is_refused(
 async def test_a_reset_empties_the_target_and_forgets_the_stream(
     postgres: PostgresServer, pg_database: str, history: str, tmp_path: Path
 ) -> None:
-    from deltastream.daemon.reset import reset_stream
+    from deltastream.daemon.stream.reset import reset_stream
 
     spec = postgres.url(pg_database) + "?table=changes"
     latest = DeltaTable(history).version()
@@ -762,7 +762,7 @@ def test_the_spec_parts_and_its_description_without_the_password() -> None:
 def test_two_streams_of_one_configuration_cannot_share_a_target(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from deltastream.daemon.config import parse_config
+    from deltastream.daemon.service.config import parse_config
 
     monkeypatch.setenv("DS_TEST_PG_PASSWORD", SECRET_PASSWORD)
     url = "postgresql://loader:${DS_TEST_PG_PASSWORD}@db.internal/analytics"

@@ -1,4 +1,4 @@
-"""Start-up checks (daemon/preflight.py): what a stream cannot fix by retrying is found
+"""Start-up checks (daemon/service/preflight.py): what a stream cannot fix by retrying is found
 before any stream starts, and nothing is left behind by the checking."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from deltastream.daemon.preflight import check_service
-from deltastream.daemon.service import ServiceConfig, StreamConfig
+from deltastream.daemon.service.preflight import check_service
+from deltastream.daemon.service.supervisor import ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import CallbackSink
-from deltastream.daemon.stream_config import tail_config
+from deltastream.daemon.stream.config import tail_config
 from deltastream.errors import InvalidArgumentError
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from deltastream.daemon.progress import TerminalProgress, progress_bar
+from deltastream.daemon.observability.progress import TerminalProgress, progress_bar
 from deltastream.errors import InvalidArgumentError
 
 #: Files in the test table's snapshot: more than the bar's minimum of 20.

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import CORPORA, S3Bucket
 
-from deltastream.daemon.logs import configure_logging
-from deltastream.daemon.redaction import REDACTED, redact
+from deltastream.daemon.observability.logs import configure_logging
+from deltastream.daemon.observability.redaction import REDACTED, redact
 
 SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"
 TOKEN = "IQoJb3JpZ2luX2VjEJrSESSIONTOKEN"

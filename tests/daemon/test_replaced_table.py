@@ -30,9 +30,9 @@ from test_cli_daemon import ENV, jsonl_rows, start, the_error, wait_for
 
 from deltastream.daemon.crashpoints import CRASH_ENV, CRASH_EXIT_STATUS
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.service import Service, ServiceConfig
-from deltastream.daemon.stream_config import Mode, StartFrom, TailConfig
-from deltastream.daemon.tailer import Tailer
+from deltastream.daemon.service.supervisor import Service, ServiceConfig
+from deltastream.daemon.stream.config import Mode, StartFrom, TailConfig
+from deltastream.daemon.stream.tailer import Tailer
 from deltastream.errors import TableReplacedError
 
 

@@ -18,9 +18,9 @@ from conftest import S3_CREDENTIALS, free_port
 from tailing import Collector, create_table
 
 from deltastream.daemon.delivery import Delivery, Position
-from deltastream.daemon.metrics_exposition import render_prometheus
+from deltastream.daemon.observability.metrics_exposition import render_prometheus
 from deltastream.daemon.sinks import ExecSink, HttpSink
-from deltastream.daemon.tailer import Mode, TailConfig, Tailer
+from deltastream.daemon.stream.tailer import Mode, TailConfig, Tailer
 from deltastream.errors import SinkError, StorageError
 from deltastream.storage.retry import RetryEvent
 
@@ -141,7 +141,9 @@ async def test_tailer_counts_and_logs_storage_retries(
         rf"^orders: {operation} s3://state-bucket/orders/\S+ failed \((?P<cause>.+)\); "
         r"retry (?P<n>\d) in \d+\.\d\ds$"
     )
-    lines = [pattern.match(line) for line in warnings_from(caplog, "deltastream.daemon.tailer")]
+    lines = [
+        pattern.match(line) for line in warnings_from(caplog, "deltastream.daemon.stream.tailer")
+    ]
     assert [int(match["n"]) for match in lines if match] == [1, 2, 3]
     assert all("Connect" in match["cause"] for match in lines if match)
     assert warnings_from(caplog, "deltastream.storage.s3") == []

@@ -11,7 +11,7 @@ from conftest import S3Bucket
 from tailing import Collector, Writer, create_table, eventually, expected_changes, fast
 
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig, Tailer
 
 
 def deltalake_options(bucket: S3Bucket) -> dict[str, str]:

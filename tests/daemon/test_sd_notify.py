@@ -17,7 +17,7 @@ import anyio
 import pytest
 from tailing import create_table
 
-from deltastream.daemon.sd_notify import notify, watchdog, watchdog_interval
+from deltastream.daemon.service.sd_notify import notify, watchdog, watchdog_interval
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from tailing import (
 )
 
 from deltastream.daemon.delivery import Delivery, Position
-from deltastream.daemon.service import Service, ServiceConfig, StreamConfig
+from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import CallbackSink
-from deltastream.daemon.tailer import TailConfig
+from deltastream.daemon.stream.tailer import TailConfig
 from deltastream.errors import InvalidArgumentError
 
 

@@ -32,8 +32,8 @@ from conftest import free_port
 from tailing import create_table
 
 from deltastream.cli import _build_parser, _tail_config, run
-from deltastream.daemon.config import load_config
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
+from deltastream.daemon.service.config import load_config
 from deltastream.daemon.sinks import (
     CallbackSink,
     ExecSink,
@@ -44,7 +44,7 @@ from deltastream.daemon.sinks import (
     parse_parquet_file_name,
     parse_sink,
 )
-from deltastream.daemon.stream_config import TailConfig
+from deltastream.daemon.stream.config import TailConfig
 from deltastream.errors import (
     DeltaStreamError,
     HttpStatusError,

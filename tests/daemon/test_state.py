@@ -14,10 +14,10 @@ from deltalake import DeltaTable
 from tailing import Writer, create_table
 
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.metrics import TableMetrics
-from deltastream.daemon.metrics_exposition import render_prometheus
-from deltastream.daemon.progress import TerminalProgress
-from deltastream.daemon.state import POSITION_KEY, RESET_KEY, StateStore, StreamState
+from deltastream.daemon.observability.metrics import TableMetrics
+from deltastream.daemon.observability.metrics_exposition import render_prometheus
+from deltastream.daemon.observability.progress import TerminalProgress
+from deltastream.daemon.stream.state import POSITION_KEY, RESET_KEY, StateStore, StreamState
 from deltastream.errors import (
     CorruptFileError,
     InvalidArgumentError,

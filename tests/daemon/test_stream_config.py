@@ -17,9 +17,9 @@ import pytest
 
 from deltastream.cli import _build_parser, _tail_config, run
 from deltastream.daemon import api
-from deltastream.daemon.config import TABLE_KEYS, load_config, parse_config
 from deltastream.daemon.delivery import COMMIT_ROWS_PER_DELIVERY, ROWS_PER_DELIVERY
-from deltastream.daemon.service import ServiceConfig
+from deltastream.daemon.service.config import TABLE_KEYS, load_config, parse_config
+from deltastream.daemon.service.supervisor import ServiceConfig
 from deltastream.daemon.sinks import (
     CallbackSink,
     DeltaSink,
@@ -29,8 +29,8 @@ from deltastream.daemon.sinks import (
     ParquetSink,
     PostgresSink,
 )
-from deltastream.daemon.stream_config import MAX_BYTES_PER_DELIVERY, OPTIONS, TailOptions
-from deltastream.daemon.tailer import Mode, OnMissingFile, StartFrom, TailConfig
+from deltastream.daemon.stream.config import MAX_BYTES_PER_DELIVERY, OPTIONS, TailOptions
+from deltastream.daemon.stream.tailer import Mode, OnMissingFile, StartFrom, TailConfig
 from deltastream.errors import InvalidArgumentError
 
 IDENTITY = {"name": "t", "uri": "/t", "sink": "jsonl:-", "state": "/s"}

@@ -24,7 +24,7 @@ from tailing import (
 
 from deltastream import open_table
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig
 
 
 def delivered(version: int):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from tailing import Collector, Writer, create_table, fast, run_tailer_until
 
 import deltastream as ds
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig, Tailer
 
 WHERE = "part <> 'p1' AND _change_type <> 'update_preimage' AND _commit_version >= 1"
 

@@ -20,7 +20,7 @@ from hostile_tables import hostile_table
 import deltastream as ds
 from deltastream.cli import run
 from deltastream.daemon.sinks import parse_sink
-from deltastream.daemon.tailer import Mode, StartFrom, TailConfig, Tailer
+from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig, Tailer
 
 
 def ids(reader: pa.RecordBatchReader) -> list[int]:

@@ -24,7 +24,7 @@ merge&key=K``                         one ``MERGE`` per delivery, with the ``txn
 
 An http sink's headers (``Authorization``: ``${NAME}`` reads an environment variable), timeout
 and TLS verification are the stream's ``http_*`` settings, and an exec sink's timeout its
-``exec_timeout`` (:mod:`~deltastream.daemon.stream_config`), and a delta sink's store settings
+``exec_timeout`` (:mod:`~deltastream.daemon.stream.config`), and a delta sink's store settings
 the stream's ``sink_options`` (default: the table's ``storage_options`` when both are in
 object stores of one kind), given to :func:`parse_sink` as ``stream``; without one, each
 sink takes the settings' defaults.
@@ -42,7 +42,7 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
 :meth:`Sink.recover` removes exactly that, and nothing it cannot prove is that:
 
 * Each file sink owns its output through a hidden marker beside it
-  (:mod:`~deltastream.daemon.sink_marker`): locked while a stream writes (a second stream
+  (:mod:`~deltastream.daemon.sinks.marker`): locked while a stream writes (a second stream
   gets :class:`~deltastream.errors.SinkInUseError`), and recording durably, before a
   delivery's first row is written, where that delivery starts.
 * ``jsonl:PATH`` commits ``{"bytes": size, "tail": digest}`` (the size, and a fingerprint of
@@ -101,7 +101,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from deltastream.daemon.delivery import Sink
 from deltastream.daemon.sinks.callback import CallbackSink
@@ -120,9 +120,6 @@ from deltastream.daemon.sinks.postgresql import SCHEMES as POSTGRESQL_SCHEMES
 from deltastream.daemon.sinks.postgresql import PostgresSink
 from deltastream.errors import InvalidArgumentError
 
-if TYPE_CHECKING:
-    from deltastream.daemon.stream_config import TailConfig
-
 __all__ = [
     "CallbackSink",
     "DeltaSink",
@@ -140,12 +137,29 @@ __all__ = [
 SINK_KINDS = ("jsonl", "parquet", "http", "https", "exec", "delta", *POSTGRESQL_SCHEMES)
 
 
+class SinkSettings(Protocol):
+    """What a stream's settings (:class:`~deltastream.daemon.stream.config.TailConfig`) tell
+    :func:`parse_sink`; spelt out here so that the sinks need not know the stream."""
+
+    @property
+    def http_timeout(self) -> float: ...
+    @property
+    def http_verify(self) -> bool: ...
+    @property
+    def http_ca_bundle(self) -> str | None: ...
+    @property
+    def resolved_http_headers(self) -> dict[str, str]: ...
+    @property
+    def exec_timeout(self) -> float: ...
+    def resolved_sink_options(self, target: str) -> Mapping[str, str]: ...
+
+
 def parse_sink(
     spec: str,
     *,
     work_dir: Path | None = None,
     table: str | None = None,
-    stream: TailConfig | None = None,
+    stream: SinkSettings | None = None,
     sink_options: Mapping[str, str] | None = None,
 ) -> Sink:
     """The sink a spec string names: ``jsonl:PATH``, ``jsonl:-``, ``parquet:DIRECTORY``,
@@ -187,7 +201,7 @@ def parse_sink(
     raise InvalidArgumentError(f"sink {spec!r} {problem}: accepted forms are {SPEC_FORMS}")
 
 
-def _http_sink(url: str, stream: TailConfig | None) -> HttpSink:
+def _http_sink(url: str, stream: SinkSettings | None) -> HttpSink:
     if stream is None:
         return HttpSink(url)
     return HttpSink(

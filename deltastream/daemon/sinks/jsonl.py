@@ -17,8 +17,8 @@ import anyio.to_thread
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.sink_marker import OutputMarker
 from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, _writing, log
+from deltastream.daemon.sinks.marker import OutputMarker
 from deltastream.errors import (
     InvalidArgumentError,
     OutputClosedError,

@@ -31,7 +31,6 @@ import pyarrow.parquet as pq
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
-from deltastream.daemon.sink_marker import OutputMarker
 from deltastream.daemon.sinks.common import (
     _TOKEN,
     SPEC_FORMS,
@@ -41,6 +40,7 @@ from deltastream.daemon.sinks.common import (
     _write_parquet_atomically,
     log,
 )
+from deltastream.daemon.sinks.marker import OutputMarker
 from deltastream.errors import InvalidArgumentError, SinkRecoveryError
 from deltastream.storage.local import fsync_path, temp_target
 

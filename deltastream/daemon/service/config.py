@@ -29,7 +29,7 @@
 
 Unknown keys are errors (a typo must not silently fall back to a default). A table's keys
 besides ``name``, ``uri``, ``sink`` and ``state`` are the stream options defined, with their
-defaults and constraints, in :mod:`deltastream.daemon.stream_config`, and are checked as
+defaults and constraints, in :mod:`deltastream.daemon.stream.config`, and are checked as
 strictly (``notifications = "false"`` is an error, not true). Every error names the file and
 the section or ``[[tables]]`` entry once, then the key and the value.
 
@@ -52,10 +52,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from deltastream.daemon.address import parse_address
-from deltastream.daemon.service import ServiceConfig, StreamConfig
+from deltastream.daemon.service.address import parse_address
+from deltastream.daemon.service.supervisor import ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import parse_sink
-from deltastream.daemon.stream_config import OPTIONS, convert_options, tail_config
+from deltastream.daemon.stream.config import OPTIONS, convert_options, tail_config
 from deltastream.errors import InvalidArgumentError
 
 __all__ = ["SERVER_KEYS", "TABLE_KEYS", "load_config", "parse_config"]

@@ -14,7 +14,7 @@ fails instead of silently interleaving. Snapshots are Delta checkpoint parquet f
 ``add``/``remove``/``metaData``/``protocol``/``txn`` columns of the protocol's checkpoint
 schema), so other tools can read them; ``position.json`` names the one to resume from.
 
-A reset (:mod:`deltastream.daemon.reset`) writes ``reset.json`` (the stream and sink being
+A reset (:mod:`deltastream.daemon.stream.reset`) writes ``reset.json`` (the stream and sink being
 reset) before it removes anything, and removes it last. While it exists, :meth:`StateStore.load`
 refuses (:class:`~deltastream.errors.ResetIncompleteError`): the output and state of a reset
 cut short are partly gone, and resuming from what is left would silently lose rows.

@@ -18,10 +18,10 @@ The table's state (protocol, metadata, live files) is kept in memory as an
 saved to the state directory now and then so that a restart does not replay the log.
 
 This module runs the stream: start-up, the snapshot phase, the follow loop and its rounds,
-saving the table state. Its parts: :mod:`~deltastream.daemon.resume` (where a stream starts
-and the table state it starts with), :mod:`~deltastream.daemon.table_follower` (each
-version judged and planned, the table state advanced), :mod:`~deltastream.daemon.pump`
-(rows into deliveries, each committed), :mod:`~deltastream.daemon.watcher` (waiting for
+saving the table state. Its parts: :mod:`~deltastream.daemon.stream.resume` (where a stream starts
+and the table state it starts with), :mod:`~deltastream.daemon.stream.table_follower` (each
+version judged and planned, the table state advanced), :mod:`~deltastream.daemon.stream.pump`
+(rows into deliveries, each committed), :mod:`~deltastream.daemon.stream.watcher` (waiting for
 new versions).
 
 Events in the middle of a stream:
@@ -56,16 +56,8 @@ from deltastream.changes.columns import change_constants
 from deltastream.changes.planner import ChangeSchemas
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import HeldPosition, Position, Sink, StreamRef
-from deltastream.daemon.metrics import TableMetrics
-from deltastream.daemon.pump import DeliveryPump, RoundEnd, Stopped
-from deltastream.daemon.resume import (
-    Resumed,
-    initial_position,
-    load_state,
-    resume_from_checkpoint,
-)
-from deltastream.daemon.state import StateStore, StreamState
-from deltastream.daemon.stream_config import (  # defined there, re-exported here
+from deltastream.daemon.observability.metrics import TableMetrics
+from deltastream.daemon.stream.config import (  # defined there, re-exported here
     Mode,
     OnMissingFile,
     OnMissingVersions,
@@ -73,8 +65,16 @@ from deltastream.daemon.stream_config import (  # defined there, re-exported her
     StartFrom,
     TailConfig,
 )
-from deltastream.daemon.table_follower import Progress, TableFollower
-from deltastream.daemon.watcher import LogWatcher
+from deltastream.daemon.stream.pump import DeliveryPump, RoundEnd, Stopped
+from deltastream.daemon.stream.resume import (
+    Resumed,
+    initial_position,
+    load_state,
+    resume_from_checkpoint,
+)
+from deltastream.daemon.stream.state import StateStore, StreamState
+from deltastream.daemon.stream.table_follower import Progress, TableFollower
+from deltastream.daemon.stream.watcher import LogWatcher
 from deltastream.errors import InvalidArgumentError, SinkRecoveryError, TableReplacedError
 from deltastream.log.listing import list_log
 from deltastream.log.paths import LogFile
@@ -368,7 +368,7 @@ class Tailer:
         )
 
     def _begin(self, resumed: Resumed) -> None:
-        """Follow from what :mod:`~deltastream.daemon.resume` found."""
+        """Follow from what :mod:`~deltastream.daemon.stream.resume` found."""
         self._follower.start_at(
             resumed.table,
             resumed.next_version,

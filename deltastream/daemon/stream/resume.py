@@ -16,9 +16,9 @@ import logging
 from dataclasses import dataclass
 
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.state import StateStore
-from deltastream.daemon.stream_config import Mode, OnMissingVersions, TailConfig
-from deltastream.daemon.table_follower import COMMIT_CHUNK, index_state
+from deltastream.daemon.stream.config import Mode, OnMissingVersions, TailConfig
+from deltastream.daemon.stream.state import StateStore
+from deltastream.daemon.stream.table_follower import COMMIT_CHUNK, index_state
 from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,

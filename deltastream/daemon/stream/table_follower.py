@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 
 from deltastream.changes.commits import CommitStep, CommitSteps
 from deltastream.changes.planner import ChangePlanner, ChangeSchemas
-from deltastream.daemon.pump import RoundEnd
-from deltastream.daemon.stream_config import OnSchemaChange, TailConfig
+from deltastream.daemon.stream.config import OnSchemaChange, TailConfig
+from deltastream.daemon.stream.pump import RoundEnd
 from deltastream.errors import (
     ChangeDataNotEnabledError,
     DeltaStreamError,

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Mapping
 
 from deltastream.daemon.delivery import Sink, StreamRef
-from deltastream.daemon.state import StateStore
+from deltastream.daemon.stream.state import StateStore
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage import open_store
 

@@ -371,7 +371,7 @@ class TailConfig:
     poll_interval: Annotated[Seconds, Option("--poll-interval", "seconds between polls")] = 1.0
     #: Each poll moves by up to ± this fraction of the gap between the polls of the
     #: process's tables (of the whole interval when it follows one table): polls are spread
-    #: evenly over the interval (:mod:`~deltastream.daemon.poll_schedule`).
+    #: evenly over the interval (:mod:`~deltastream.daemon.stream.poll_schedule`).
     poll_jitter: Annotated[
         float, Field(ge=0, lt=1, allow_inf_nan=False), Must("must be a fraction in [0, 1)")
     ] = 0.1

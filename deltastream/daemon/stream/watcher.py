@@ -2,7 +2,7 @@
 
 A poll is one LIST of ``_delta_log/`` starting at the next expected version: when nothing
 changed it returns only ``_last_checkpoint`` (or nothing), and no object is read. Between
-polls the watcher sleeps until its next poll time (:mod:`~deltastream.daemon.poll_schedule`:
+polls the watcher sleeps until its next poll time (:mod:`~deltastream.daemon.stream.poll_schedule`:
 once per poll interval, the tables of a process spread evenly over it), or less when the
 store's change feed (filesystem notifications, an SQS queue) says something arrived. The
 feed only shortens the wait: polling stays the safety net for any event a feed misses.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from deltastream.daemon.poll_schedule import SLOTS, PollSlot, PollSlots
+from deltastream.daemon.stream.poll_schedule import SLOTS, PollSlot, PollSlots
 from deltastream.errors import StorageError
 from deltastream.log.listing import list_log
 from deltastream.log.paths import LOG_DIR

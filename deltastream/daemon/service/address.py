@@ -1,9 +1,10 @@
 """The HTTP server's address: ``HOST:PORT`` parsed and checked, one rule for ``--http``,
-``[server] http`` and :class:`~deltastream.daemon.service.ServiceConfig`, and a bind probe
-that finds a port in use (or a host that is not this machine's) before any stream starts.
+``[server] http`` and :class:`~deltastream.daemon.service.supervisor.ServiceConfig`, and a
+bind probe that finds a port in use (or a host that is not this machine's) before any stream
+starts.
 
-Kept apart from :mod:`~deltastream.daemon.server` so that checking a configuration does not
-import the HTTP server.
+Kept apart from :mod:`~deltastream.daemon.service.server` so that checking a configuration
+does not import the HTTP server.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Log output for the daemon: human-readable text lines or one JSON object per line, with
-credentials redacted (:mod:`deltastream.daemon.redaction`).
+credentials redacted (:mod:`deltastream.daemon.observability.redaction`).
 
 The daemon's log calls pass what they are about as structured fields (``extra=``), which a
 JSON line carries as top-level keys next to ``time``, ``level``, ``logger`` and ``message``
@@ -39,7 +39,7 @@ import logging
 import sys
 from typing import Protocol
 
-from deltastream.daemon.redaction import Redactor, redact
+from deltastream.daemon.observability.redaction import Redactor, redact
 from deltastream.errors import InvalidArgumentError
 
 __all__ = [

@@ -68,7 +68,7 @@ class BarSafeStream:
 
 class TerminalProgress:
     """Called as ``progress(stream, what, done, total)`` by the streams (see
-    :data:`~deltastream.daemon.table_follower.Progress`); draws one bar per stream and kind
+    :data:`~deltastream.daemon.stream.table_follower.Progress`); draws one bar per stream and kind
     of work (``versions``, ``files``), ``orders:  45%|####      | 45/100 versions
     [00:03<00:04, 13.2 versions/s]``, for work of at least ``minimum`` units only (short
     rounds stay quiet). A bar ends when its work is done, and a new round starts a new one."""

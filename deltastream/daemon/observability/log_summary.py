@@ -1,7 +1,8 @@
 """The summary line each stream logs at a steady rate (every ``log_summary_interval``
-seconds, :data:`~deltastream.daemon.logs.LOG_SUMMARY_INTERVAL` by default): the versions
-it passed and the rows it delivered since its previous summary, where it is, its status and
-its lag, so that a quiet log still shows every stream alive, and a busy one shows the rate::
+seconds, :data:`~deltastream.daemon.observability.logs.LOG_SUMMARY_INTERVAL` by default):
+the versions it passed and the rows it delivered since its previous summary, where it is,
+its status and its lag, so that a quiet log still shows every stream alive, and a busy one
+shows the rate::
 
     orders: 3 versions, 1,200 rows delivered in the last 60s; at v16, following, 0 behind
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import anyio
 
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.metrics import TableMetrics
+from deltastream.daemon.observability.metrics import TableMetrics
 
 __all__ = ["StreamSummaries"]
 

@@ -1,12 +1,12 @@
 """The daemon's HTTP endpoints:
 
-* ``/healthz``, readiness (JSON, :meth:`~deltastream.daemon.service.Service.health`): 200
+* ``/healthz``, readiness (JSON, :meth:`~deltastream.daemon.service.supervisor.Service.health`): 200
   when every stream does its job; 503 when a stream is degraded (failed for good, retrying
   for too long, restarting too often), stuck, or the service is stopping;
 * ``/livez``, liveness: 200 ``{"status": "alive"}`` whenever the process answers at all (a
   down sink or table is no reason to restart the process);
 * ``/metrics``, Prometheus text format (version 0.0.4): a registry of the service's own,
-  :func:`~deltastream.daemon.metrics_exposition.metrics_registry`.
+  :func:`~deltastream.daemon.observability.metrics_exposition.metrics_registry`.
 
 Bound to 127.0.0.1 by default: the endpoints reveal table locations, so exposing them on
 other interfaces is an explicit choice (``--http 0.0.0.0:9464``).
@@ -23,19 +23,19 @@ import anyio.abc
 from aiohttp import web
 from prometheus_client.exposition import generate_latest
 
-from deltastream.daemon.address import parse_address
-from deltastream.daemon.metrics_exposition import CONTENT_TYPE, metrics_registry
+from deltastream.daemon.observability.metrics_exposition import CONTENT_TYPE, metrics_registry
+from deltastream.daemon.service.address import parse_address
 from deltastream.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from deltastream.daemon.metrics import TableMetrics
+    from deltastream.daemon.observability.metrics import TableMetrics
 
 __all__ = ["Served", "parse_address", "serve_http"]
 
 
 class Served(Protocol):
     """What the endpoints read of the service they serve
-    (:class:`~deltastream.daemon.service.Service`, which starts them)."""
+    (:class:`~deltastream.daemon.service.supervisor.Service`, which starts them)."""
 
     @property
     def metrics(self) -> Mapping[str, TableMetrics]:

@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from deltastream.daemon.address import check_bindable
 from deltastream.daemon.delivery import Sink
-from deltastream.daemon.service import ServiceConfig, StreamConfig
+from deltastream.daemon.service.address import check_bindable
+from deltastream.daemon.service.supervisor import ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import JsonlSink, ParquetSink, parse_sink
 from deltastream.errors import InvalidArgumentError
 from deltastream.storage import LocalStore, open_store

@@ -40,11 +40,11 @@ import anyio
 import anyio.abc
 
 from deltastream.daemon.delivery import Position, Sink
-from deltastream.daemon.log_summary import StreamSummaries
-from deltastream.daemon.logs import LOG_SUMMARY_INTERVAL
-from deltastream.daemon.metrics import TableMetrics
+from deltastream.daemon.observability.log_summary import StreamSummaries
+from deltastream.daemon.observability.logs import LOG_SUMMARY_INTERVAL
+from deltastream.daemon.observability.metrics import TableMetrics
 from deltastream.daemon.sinks import parse_sink
-from deltastream.daemon.tailer import Progress, TailConfig, Tailer
+from deltastream.daemon.stream.tailer import Progress, TailConfig, Tailer
 from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,
@@ -198,7 +198,7 @@ class Service:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Run until every stream has ended (finished, failed for good, or stopped)."""
-        from deltastream.daemon.server import serve_http  # aiohttp: only when serving
+        from deltastream.daemon.service.server import serve_http  # aiohttp: only when serving
 
         async with anyio.create_task_group() as outer:
             if self.config.http_address is not None:

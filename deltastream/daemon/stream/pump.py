@@ -20,9 +20,9 @@ import pyarrow as pa
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Position, Sink
-from deltastream.daemon.metrics import TableMetrics
-from deltastream.daemon.state import StateStore, StreamState
-from deltastream.daemon.stream_config import OnMissingFile, TailConfig
+from deltastream.daemon.observability.metrics import TableMetrics
+from deltastream.daemon.stream.config import OnMissingFile, TailConfig
+from deltastream.daemon.stream.state import StateStore, StreamState
 from deltastream.errors import DataFileError, DataFileNotFoundError, DeltaStreamError
 from deltastream.read.pipeline import read_file_batches
 from deltastream.read.reader import FileRead, ReadSchema

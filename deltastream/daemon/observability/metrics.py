@@ -7,7 +7,8 @@ its stores and sink (:meth:`TableMetrics.record_retry`), which also tell whether
 is in a run of retries that nothing has succeeded since (:attr:`TableMetrics.retrying_since`,
 what the service's health check looks at), and three :class:`Histogram` of durations (polls,
 sink writes, commit-to-delivery latency). Nothing here knows Prometheus:
-:mod:`deltastream.daemon.metrics_exposition` turns these into the ``/metrics`` exposition.
+:mod:`deltastream.daemon.observability.metrics_exposition` turns these into the
+``/metrics`` exposition.
 """
 
 from __future__ import annotations

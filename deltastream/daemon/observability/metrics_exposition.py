@@ -5,8 +5,8 @@ Each service gets a registry of its own (:func:`metrics_registry`), never
 application running two) do not collide. It holds:
 
 * :class:`StreamCollector`, which reads every stream's
-  :class:`~deltastream.daemon.metrics.TableMetrics` at each scrape: gauges, counters and
-  histograms labelled by ``table`` (the stream's name);
+  :class:`~deltastream.daemon.observability.metrics.TableMetrics` at each scrape: gauges,
+  counters and histograms labelled by ``table`` (the stream's name);
 * ``prometheus_client``'s process (CPU, memory, file descriptors), platform
   (``python_info``) and garbage-collector collectors;
 * ``deltastream_build_info{version}``.
@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from deltastream._version import __version__
-from deltastream.daemon.metrics import STREAM_STATES, Histogram, TableMetrics
+from deltastream.daemon.observability.metrics import STREAM_STATES, Histogram, TableMetrics
 
 __all__ = ["CONTENT_TYPE", "StreamCollector", "metrics_registry", "render_prometheus"]
 
