@@ -114,10 +114,12 @@ class SoakOptions:
     #: Each daemon process is killed this many seconds (uniform) after it was started.
     min_delay: float = 0.2
     max_delay: float = 1.5
-    #: About how many writer steps (nine in ten are commits) per kill: sets the writer's
-    #: interval, unless ``interval`` does. The table grows in proportion to the kills (1,000
-    #: kills: about 2,000 versions), at about the pace the restarted daemon keeps up with on
-    #: 2 cores, so that it is busy (and kills land inside versions) but lags only a little.
+    #: About how many writer steps (nine in ten are commits) per kill: the writer is granted
+    #: that many per daemon run, once its streams have started, and spaces them by its
+    #: interval (derived from this, unless ``interval`` is given). The table grows in
+    #: proportion to the kills (1,000 kills: about 2,700 versions), at about the pace the
+    #: restarted daemon keeps up with, so that it is busy (and kills land inside versions)
+    #: but lags only a little, however slowly the machine starts it.
     versions_per_kill: float = 3.0
     interval: float | None = None
     max_rows_per_delivery: int = 3
@@ -414,7 +416,13 @@ def _run_soak(
                 results[name].resumed += 1
                 results[name].resumed_mid_version += offset > 0
 
-    writer = Writer(uri, None, interval=result.interval, kinds=KINDS)
+    # The writer takes about ``versions_per_kill`` steps per daemon run, while the daemon
+    # runs (permits granted once its streams have started): paced by the kills, not the
+    # clock, the table grows as the daemon gets to work whatever the machine's load (paced
+    # by the clock, a slow start-up let the table run thousands of versions ahead).
+    allowance = threading.Semaphore(0)
+    granted = 0.0
+    writer = Writer(uri, None, interval=result.interval, kinds=KINDS, allowance=allowance)
     thread = threading.Thread(target=writer.run, name="soak-writer", daemon=True)
     rng = random.Random(options.seed)
     logtail = LogTail(log)
@@ -435,6 +443,9 @@ def _run_soak(
                     f"{STARTUP_TIMEOUT:.0f} s after {result.kills} kills"
                 )
                 break
+            granted += options.versions_per_kill
+            allowance.release(int(granted))
+            granted -= int(granted)
             time.sleep(rng.uniform(options.min_delay, options.max_delay))
             if proc.poll() is not None:
                 result.problems.append(

@@ -131,6 +131,7 @@ class Writer:
         storage_options: Mapping[str, str] | None = None,
         first_id: int = 1000,
         kinds: Sequence[str] = KINDS,
+        allowance: threading.Semaphore | None = None,
     ) -> None:
         unknown = set(kinds) - {"append", "update", "delete", "merge", "optimize", "checkpoint"}
         if unknown or not kinds:
@@ -147,6 +148,8 @@ class Writer:
         self.error: BaseException | None = None
         self.last_version = -1
         self.committed: dict[int, float] = {}
+        #: When given, each step takes one permit first (the caller paces the writer).
+        self.allowance = allowance
 
     def step(self, n: int) -> None:
         table = DeltaTable(self.uri, storage_options=self.options)
@@ -185,6 +188,9 @@ class Writer:
     def run(self) -> None:
         try:
             for n in itertools.islice(itertools.count(), self.commits):
+                if self.allowance is not None:
+                    while not self._stop.is_set() and not self.allowance.acquire(timeout=0.05):
+                        pass
                 if self._stop.is_set():
                     break
                 self.step(n)
