@@ -67,7 +67,8 @@ def main() -> int:
         "--catch-up-timeout",
         type=float,
         default=defaults.catch_up_timeout,
-        help="seconds the final run may take to catch up",
+        help="seconds the final run may go without any stream moving (it may take as long "
+        "as it needs while it gets on)",
     )
     parser.add_argument("--progress-every", type=int, default=50, help="kills (0: quiet)")
     parser.add_argument(
