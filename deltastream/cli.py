@@ -43,7 +43,7 @@ from deltastream.daemon.service.address import parse_address
 from deltastream.daemon.service.config import load_config
 from deltastream.daemon.service.preflight import check_service
 from deltastream.daemon.service.supervisor import Service, ServiceConfig, single_stream
-from deltastream.daemon.sinks import parse_sink
+from deltastream.daemon.sinks import SPEC_FORMS, parse_sink
 from deltastream.daemon.stream.config import (
     OPTIONS,
     add_cli_options,
@@ -298,7 +298,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tail.add_argument(
         "--sink",
         required=True,
-        help="jsonl:PATH, jsonl:-, parquet:DIR, http://URL, https://URL or exec:COMMAND",
+        help=SPEC_FORMS,
     )
     tail.add_argument(
         "--state",

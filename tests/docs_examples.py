@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -123,26 +124,30 @@ def run_example(
         with _inside(directory), _environment(EXAMPLE_ENV):
             load_config(str(path))
         return ""
-    proc = subprocess.Popen(
-        ["bash", "-eu", str(path)],
-        cwd=directory,
-        env=dict(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,  # its background commands too are ended below
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        stdout, stderr = "", ""
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        if proc.returncode is None:
-            out, err = proc.communicate()
-            stdout, stderr = stdout + out, stderr + err
+    # Output goes to files, not pipes: a background command the script started keeps a
+    # pipe open after the script has exited (or failed), and reading it would wait for that.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            ["bash", "-eu", str(path)],
+            cwd=directory,
+            env=dict(env),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,  # its background commands too are ended below
+        )
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     output = f"--- stdout\n{stdout}\n--- stderr\n{stderr}"
     assert proc.returncode == 0, f"{path.relative_to(ROOT)} exited {proc.returncode}\n{output}"
     return output

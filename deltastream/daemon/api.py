@@ -57,7 +57,8 @@ async def tail(
     **options: Unpack[TailOptions],
 ) -> None:
     """Follow the table at ``uri`` into ``sink``: a :class:`Sink`, a spec string
-    (``jsonl:PATH``, ``parquet:DIR``, ``http://…``, ``exec:COMMAND``) or a function called
+    (``jsonl:PATH``, ``parquet:DIR``, ``http://…``, ``exec:COMMAND``, ``delta:URI``,
+    ``postgresql://…``; see :func:`~deltastream.daemon.sinks.parse_sink`) or a function called
     with each :class:`Delivery` (sync or async; at-least-once). ``reset=True`` first
     discards what the stream wrote to the sink and its state, starting it over. ``options``:
     ``mode``, ``start``, ``storage_options``, ``poll_interval``, … (see :class:`TailOptions`),

@@ -7,21 +7,18 @@ deltastream tail events --mode follow --from 0 --state state/events-log \
     --sink delta:events_changes &
 log_pid=$!
 
+# Once the change log holds version 3 (the table's last), stop following
+until deltastream read events_changes --where '_commit_version = 3' -o - 2>/dev/null | grep -q .; do
+    sleep 0.2
+done
+kill -TERM "$log_pid"; wait "$log_pid"
+
+# Both targets are ordinary Delta tables: any Delta reader opens them
 python - <<'CHECK'
-import time
 from deltalake import DeltaTable
 
 print(DeltaTable("events_mirror").to_pyarrow_table().sort_by("id").to_pylist())
-while True:  # until the change log holds version 3
-    try:
-        log = DeltaTable("events_changes").to_pyarrow_table()
-        if 3 in log["_commit_version"].to_pylist():
-            break
-    except Exception:  # not created yet
-        pass
-    time.sleep(0.2)
+log = DeltaTable("events_changes").to_pyarrow_table()
 for r in log.sort_by([("_commit_version", "ascending"), ("id", "ascending")]).to_pylist():
     print(r["_commit_version"], r["_change_type"], r["id"], r["amount"])
 CHECK
-
-kill -TERM "$log_pid"; wait "$log_pid"
