@@ -1114,6 +1114,8 @@ async def test_exec_runs_the_command_with_the_batch_and_its_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MARKER", "inherited")
+    for name in [n for n in os.environ if n.startswith("DELTASTREAM_")]:
+        monkeypatch.delenv(name)  # the runner's own (DELTASTREAM_SPARK_VERSIONS=skip, say)
     out, counter = tmp_path / "seen.jsonl", tmp_path / "runs"
     command = python_command(tmp_path, RECORDING_SCRIPT, out, counter, "0")
     work = tmp_path / "work"
