@@ -14,14 +14,16 @@ from pathlib import Path
 
 from crashsoak import SoakOptions, format_report, run_soak
 
-KILLS = 30
+#: Each kill waits for the daemon's start-up (1-2 s alone, several times that on a loaded
+#: machine); the soak script runs 1,000.
+KILLS = 20
 
 
 def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path: Path) -> None:
     # A busier writer than the soak's, and a delivery per row: in a short run the daemon
     # falls behind a little and spends most of its time inside versions, so kills land
-    # there (with 3 rows a delivery, 0 to 12 of the 120 stream kills did: too few to be
-    # sure of one; with 1, 12 to 17).
+    # there (with 3 rows a delivery, 0 to 12 of 120 stream kills did: too few to be sure of
+    # one; with 1, 12 to 17).
     options = SoakOptions(kills=KILLS, versions_per_kill=5, max_rows_per_delivery=1)
     result = run_soak(tmp_path, options)
     report = format_report(result)
@@ -31,7 +33,7 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path: Path) -> 
         assert stream.expected > 0, report
         assert (stream.lost, stream.repeated, stream.unexpected) == (0, 0, 0), report
         # Every kill landed after start-up (the soak waits for it), in the middle of the work.
-        assert stream.resumed >= 10, report
+        assert stream.resumed >= KILLS // 3, report
     assert not result.temp_files, report
     assert sum(s.killed_mid_version for s in result.streams) > 0, report
     assert result.ok, report
