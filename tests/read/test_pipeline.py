@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -189,8 +190,10 @@ def test_column_mapping_by_id_is_worked_out_per_file_schema(tmp_path: Path) -> N
     assert got[4] == {"x": [20], "y": [10]}
 
 
-def _read_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("deltastream-read")]
+def _threads(prefix: str, already: Collection[threading.Thread] = ()) -> list[threading.Thread]:
+    """The live threads named ``prefix...`` but those in ``already``: threads that were
+    running before the test (an earlier test's, still winding down on a busy machine)."""
+    return [t for t in threading.enumerate() if t.name.startswith(prefix) and t not in already]
 
 
 def _open_files(root: Path) -> int:
@@ -205,6 +208,7 @@ def _open_files(root: Path) -> int:
 
 
 def test_leaving_early_stops_the_workers_and_closes_the_files(tmp_path: Path) -> None:
+    before = set(_threads("deltastream-read"))
     reads = [(_write(tmp_path, f"f{i}.parquet", range(i, i + 1)), ID_S) for i in range(100)]
 
     async def first_only() -> str:
@@ -220,9 +224,11 @@ def test_leaving_early_stops_the_workers_and_closes_the_files(tmp_path: Path) ->
 
     assert anyio.run(first_only) == "f0.parquet"
     deadline = time.monotonic() + 10
-    while (_read_threads() or _open_files(tmp_path)) and time.monotonic() < deadline:
+    while (_threads("deltastream-read", before) or _open_files(tmp_path)) and (
+        time.monotonic() < deadline
+    ):
         time.sleep(0.05)
-    assert _read_threads() == []
+    assert _threads("deltastream-read", before) == []
     assert _open_files(tmp_path) == 0
 
 
@@ -243,6 +249,7 @@ def test_sync_reader_hands_over_every_batch_and_stops_its_producer(tmp_path: Pat
 
         return to_record_batch_reader(open_stream)
 
+    before = set(_threads("deltastream-stream"))
     assert [b["i"][0].as_py() for b in reader(50)] == list(range(50))
     got: list[int] = []
     with pytest.raises(DataFileError, match="broken"):
@@ -254,6 +261,6 @@ def test_sync_reader_hands_over_every_batch_and_stops_its_producer(tmp_path: Pat
     del early
     gc.collect()
     deadline = time.monotonic() + 10
-    while any(t.name == "deltastream-stream" for t in threading.enumerate()):
+    while _threads("deltastream-stream", before):
         assert time.monotonic() < deadline, "the producer thread did not stop"
         time.sleep(0.05)

@@ -19,12 +19,14 @@ virtualenv's): neither the working directory nor this environment can lend the p
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from conftest import CORPORA
@@ -100,8 +102,16 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
+#: ``remote("local[1]")`` starts its Connect server on Spark's default port, 15002, the one
+#: its client then dials: a machine-wide resource, so a check waits for any other test run
+#: on this machine (another worker, another checkout's suite) to be done with it.
+CONNECT_PORT_LOCK = Path(tempfile.gettempdir()) / "deltastream-tests-spark-connect-15002.lock"
+
+
 def check(cwd: Path, env: dict[str, str]) -> dict[str, object]:
-    out = run(["python", "-c", CHECK, str(TABLE)], cwd, env)
+    with open(CONNECT_PORT_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        out = run(["python", "-c", CHECK, str(TABLE)], cwd, env)
     result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
     return result
 
