@@ -123,12 +123,16 @@ def _columns(text: str | None) -> list[str] | None:
     return [c.strip() for c in text.split(",") if c.strip()]
 
 
+def _check_output(output: str) -> None:
+    """Refuse an output the reader cannot write before any table is opened."""
+    if output != "-" and not output.endswith(".parquet"):
+        raise InvalidArgumentError(f"output must be a .parquet file or -, not {output!r}")
+
+
 def _write(reader: pa.RecordBatchReader, output: str, out: TextIO) -> None:
     if output == "-":
         write_json_lines(reader, out)
         return
-    if not output.endswith(".parquet"):
-        raise InvalidArgumentError(f"output must be a .parquet file or -, not {output!r}")
     rows = write_parquet(reader.schema, reader, output)
     out.write(json.dumps({"output": output, "rows": rows}) + "\n")
 
@@ -458,6 +462,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         elif args.command == "files":
             _print_files(anyio.run(_load, args), out)
         elif args.command == "read":
+            _check_output(args.output)
             reader = read_rows(
                 args.uri,
                 version=args.version,
@@ -469,6 +474,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             )
             _write(reader, args.output, out)
         elif args.command == "changes":
+            _check_output(args.output)
             reader = read_changes(
                 args.uri,
                 start_version=args.start,

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Self
@@ -183,4 +184,10 @@ def to_record_batch_reader(
             handoff.stop()
             thread.join()
 
-    return pa.RecordBatchReader.from_batches(first, iterate())
+    batches = iterate()
+    # A reader dropped before its first batch never enters ``iterate`` (so never its
+    # ``finally``): the producer would wait for room forever, its thread, the decoding
+    # workers and their open files with it. Stopping the handoff when the generator goes
+    # ends it either way (stopping twice is harmless).
+    weakref.finalize(batches, handoff.stop)
+    return pa.RecordBatchReader.from_batches(first, batches)

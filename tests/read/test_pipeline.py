@@ -234,8 +234,9 @@ def test_leaving_early_stops_the_workers_and_closes_the_files(tmp_path: Path) ->
 
 def test_sync_reader_hands_over_every_batch_and_stops_its_producer(tmp_path: Path) -> None:
     """The synchronous bridge: all batches in order and an error at its place; a reader
-    dropped early ends its producer thread, which was waiting for room. (pyarrow's
-    ``close()`` keeps the Python iterator alive, so dropping the reader is what ends it.)"""
+    dropped early, even before its first batch, ends its producer thread, which was waiting
+    for room. (pyarrow's ``close()`` keeps the Python iterator alive, so dropping the reader
+    is what ends it.)"""
 
     def reader(n: int, fail_at: int | None = None) -> pa.RecordBatchReader:
         async def batches():  # type: ignore[no-untyped-def]
@@ -258,7 +259,8 @@ def test_sync_reader_hands_over_every_batch_and_stops_its_producer(tmp_path: Pat
     assert got == list(range(20))
     early = reader(1_000)
     assert early.read_next_batch()["i"][0].as_py() == 0
-    del early
+    untouched = reader(1_000)  # dropped before its first batch (a caller that failed)
+    del early, untouched
     gc.collect()
     deadline = time.monotonic() + 10
     while _threads("deltastream-stream", before):
