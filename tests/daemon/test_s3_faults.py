@@ -32,7 +32,8 @@ def test_every_change_row_exactly_once_under_s3_faults(s3_server: S3Server, tmp_
     text = format_report(report)
     print(text)
     assert report.writer_error is None, text
-    assert report.commits >= 20, text
+    # The writer commits every 0.6 s when it can: about 60 alone, 17 under an 8-fold load.
+    assert report.commits >= 10, text
     # Faults of every kind were injected, in both phases.
     total = report.faults["total"]
     assert all(total[kind] > 0 for kind in FAULT_KINDS), text

@@ -1034,9 +1034,11 @@ async def test_sqs_feed_wakes_when_objects_are_put_in_its_directory(
             with anyio.fail_after(5):
                 await feed.wait()
             latencies.append(time.perf_counter() - start)
-        # Measured here: about 14 ms, of which the wake-up after the put returned is 3 ms.
-        assert max(latencies) < 0.5, latencies
-        assert statistics.median(latencies) < 0.2, latencies
+        # Measured here: about 14 ms, of which the wake-up after the put returned is 3 ms
+        # (0.54 s at most on a machine loaded 8-fold). Each wake-up comes from its
+        # notification: an empty long poll (SQS_WAIT_SECONDS, 20 s) would miss fail_after(5).
+        assert max(latencies) < 2.0, latencies
+        assert statistics.median(latencies) < 0.5, latencies
         assert await emptied(sqs, queue)
 
         # A change while no one waits wakes the next wait at once; a cancelled wait loses
