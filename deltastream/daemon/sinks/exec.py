@@ -245,14 +245,17 @@ class ExecSink(Sink):
         """Run the command once: ``(None, stderr tail)`` if it exited 0, else a description
         of the failure with the tail."""
         tail: deque[str] = deque(maxlen=self.stderr_lines)
-        process = await anyio.open_process(
-            ["/bin/sh", "-c", self.command],
-            stdin=subprocess.DEVNULL,
-            stdout=2,  # the daemon's standard error
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # its own process group, so all of it can be stopped
-        )
+        # Shielded: a cancellation (shutdown) landing as the process starts would otherwise
+        # drop it unseen, its group never stopped; now it lands inside the ``try`` below.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                ["/bin/sh", "-c", self.command],
+                stdin=subprocess.DEVNULL,
+                stdout=2,  # the daemon's standard error
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,  # its own process group, so all of it can be stopped
+            )
         code: int | None = None
         try:
             with anyio.move_on_after(self.timeout):
