@@ -17,6 +17,7 @@ the exact comparison then covers those rows).
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterator
 from typing import Any, TypeAlias, cast
@@ -34,12 +35,17 @@ AnyArray: TypeAlias = "pa.ChunkedArray[Any] | pa.Array[Any]"
 U64s: TypeAlias = "npt.NDArray[np.uint64]"
 I64s: TypeAlias = "npt.NDArray[np.int64]"
 
-#: Bounds of one slice of strings hashed together: its temporaries are a few arrays of one
-#: uint64 per eight bytes of its strings.
-_SLICE_ROWS = 1 << 16
-_SLICE_BYTES = 4 << 20
+#: Bounds of one slice of strings hashed together. Its work arrays (five of one 64-bit
+#: integer per eight bytes of its strings, about 1.2 MiB each) are allocated once per call and
+#: reused: allocated afresh for each slice they cost more in page faults than the hashing.
+_SLICE_ROWS = 8_192
+_SLICE_BYTES = 1 << 20
+#: A string longer than this is hashed on its own (BLAKE2b), so that no slice's work arrays
+#: grow past the bounds above whatever a log holds.
+_LONG = 1 << 16
 
-_SEED = np.uint64(secrets.randbits(64))
+_SEED = secrets.randbits(64)
+_KEY = _SEED.to_bytes(8, "little")
 #: Odd multipliers of murmur3's 64-bit finaliser (fmix64) and a golden-ratio step.
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
@@ -47,25 +53,45 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S33 = np.uint64(33)
 
 
-def _fmix(x: U64s) -> U64s:
-    """murmur3's 64-bit finaliser, in place: every input bit affects every output bit."""
-    x ^= x >> _S33
-    x *= _M1
-    x ^= x >> _S33
-    x *= _M2
-    x ^= x >> _S33
+def _fmix(x: U64s, scratch: U64s | None = None) -> U64s:
+    """murmur3's 64-bit finaliser, in place (``scratch``: a work array of x's size): every
+    input bit affects every output bit."""
+    tmp = np.empty_like(x) if scratch is None else scratch
+    for multiplier in (_M1, _M2, None):
+        np.right_shift(x, _S33, out=tmp)
+        x ^= tmp
+        if multiplier is not None:
+            x *= multiplier
     return x
 
 
-def _word_keys(n: int) -> U64s:
-    """A key per word position 0..n-1, so that equal words at different positions differ."""
-    keys = np.arange(1, n + 1, dtype=np.uint64)
-    keys *= _GOLDEN
-    keys += _SEED
-    return _fmix(keys)
+class _Work:
+    """The work arrays of one :func:`fingerprints` call, grown to the largest slice."""
+
+    def __init__(self) -> None:
+        self.words = 0
+        self.bytes = 0
+
+    def reserve(self, words: int, nbytes: int) -> None:
+        if words > self.words:
+            self.words = max(words, 2 * self.words)
+            self.index = np.arange(self.words, dtype=np.int64)
+            self.i1 = np.empty(self.words, dtype=np.int64)
+            self.i2 = np.empty(self.words, dtype=np.int64)
+            self.i3 = np.empty(self.words, dtype=np.int64)
+            self.u1 = np.empty(self.words, dtype=np.uint64)
+            self.u2 = np.empty(self.words, dtype=np.uint64)
+            # A key per word position, so that equal words at different positions differ.
+            keys = np.arange(1, self.words + 1, dtype=np.uint64)
+            keys *= _GOLDEN
+            keys += np.uint64(_SEED)
+            self.keys = _fmix(keys)
+        if nbytes > self.bytes:
+            self.bytes = max(nbytes, 2 * self.bytes)
+            self.padded = np.zeros(self.bytes, dtype=np.uint8)
 
 
-def _hash_slice(data: npt.NDArray[np.uint8], offsets: I64s) -> U64s:
+def _hash_slice(data: npt.NDArray[np.uint8], offsets: I64s, work: _Work) -> U64s:
     """Fingerprints of the strings ``data[offsets[i]:offsets[i + 1]]``.
 
     A string of L bytes is read as ceil(L / 8) little-endian words (at least one), its last
@@ -73,25 +99,36 @@ def _hash_slice(data: npt.NDArray[np.uint8], offsets: I64s) -> U64s:
     words are summed per string, and the sum is mixed with the length.
     """
     lo, hi = int(offsets[0]), int(offsets[-1])
-    # The bytes with eight zero bytes either side, so that every eight-byte read below stays
-    # inside: the word ending at a short string's end may start before it (its extra bytes
-    # are shifted out).
-    padded = np.zeros(hi - lo + 16, dtype=np.uint8)
-    padded[8 : 8 + hi - lo] = data[lo:hi]
-    # Every eight-byte window of ``padded`` as one uint64, read unaligned (no copy).
-    windows = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
-    starts = offsets[:-1] - (lo - 8)
     lengths = np.diff(offsets)
     words = np.maximum((lengths + 7) >> 3, 1)
     ends = np.cumsum(words)
     firsts = ends - words
     total = int(ends[-1])
-    # Word k of string i starts at byte starts[i] + 8k; index j = firsts[i] + k.
-    position = np.arange(total, dtype=np.int64)
-    k = position - np.repeat(firsts, words)
-    position = k * 8
-    position += np.repeat(starts, words)
-    values = windows[position].astype(np.uint64, copy=False)
+    work.reserve(total, hi - lo + 16)
+    # The bytes with eight zero bytes either side, so that every eight-byte read below stays
+    # inside: the word ending at a short string's end may start before it (its extra bytes
+    # are shifted out).
+    padded = work.padded[: hi - lo + 16]
+    padded[:8] = 0
+    padded[8 : 8 + hi - lo] = data[lo:hi]
+    padded[8 + hi - lo :] = 0
+    # Every eight-byte window of ``padded`` as one uint64, read unaligned (no copy).
+    windows = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    starts = offsets[:-1] - (lo - 8)
+    # Word k of string i, at index j = firsts[i] + k, starts at byte starts[i] + 8k.
+    string = work.i1[:total]  # i for each j
+    string.fill(0)
+    string[firsts[1:]] = 1
+    np.cumsum(string, out=string)
+    k = work.i2[:total]
+    np.take(firsts, string, out=k)
+    np.subtract(work.index[:total], k, out=k)
+    position = work.i3[:total]
+    np.take(starts, string, out=position)
+    np.left_shift(k, 3, out=string)
+    position += string
+    values = work.u1[:total]
+    values[:] = windows[position]
     # A last word that is partial: the eight bytes ending at the string's end, shifted so
     # that only the string's own bytes remain; an empty string is one word of zeros.
     tail = lengths & 7
@@ -103,28 +140,44 @@ def _hash_slice(data: npt.NDArray[np.uint8], offsets: I64s) -> U64s:
     empty = np.flatnonzero(lengths == 0)
     if len(empty):
         values[firsts[empty]] = 0
-    values ^= _word_keys(int(words.max()))[k]
-    sums = np.add.reduceat(_fmix(values), firsts)
+    keyed = work.u2[:total]
+    np.take(work.keys, k, out=keyed)
+    values ^= keyed
+    sums = np.add.reduceat(_fmix(values, keyed), firsts)
     sums ^= lengths.astype(np.uint64) * _GOLDEN
     return _fmix(sums)
 
 
+def _hash_long(data: npt.NDArray[np.uint8]) -> np.uint64:
+    """The fingerprint of one long string: BLAKE2b keyed with the process's seed."""
+    digest = hashlib.blake2b(data.tobytes(), digest_size=8, key=_KEY).digest()
+    return np.uint64(int.from_bytes(digest, "little"))
+
+
 def _chunk_fingerprints(
-    chunk_offsets: npt.NDArray[np.integer[Any]], data: npt.NDArray[np.uint8]
+    chunk_offsets: npt.NDArray[np.integer[Any]], data: npt.NDArray[np.uint8], work: _Work
 ) -> U64s:
     """Fingerprints of the strings of one chunk (nulls included), slice by slice."""
     # int64: int32 offsets plus a slice's bytes could overflow.
     offsets: I64s = chunk_offsets.astype(np.int64)
     n = len(offsets) - 1
     out = np.empty(n, dtype=np.uint64)
+    long_rows = np.flatnonzero(np.diff(offsets) > _LONG)
     start = 0
     while start < n:
-        # At most _SLICE_ROWS strings and, unless one string is larger, _SLICE_BYTES bytes.
+        following = int(np.searchsorted(long_rows, start))  # the next long string's index
+        if following < len(long_rows) and long_rows[following] == start:
+            out[start] = _hash_long(data[offsets[start] : offsets[start + 1]])
+            start += 1
+            continue
+        # At most _SLICE_ROWS strings and _SLICE_BYTES bytes (or one string), none long.
         stop = min(n, start + _SLICE_ROWS)
+        if following < len(long_rows):
+            stop = min(stop, int(long_rows[following]))
         limit = offsets[start] + _SLICE_BYTES
         if offsets[stop] > limit:
             stop = max(start + 1, int(np.searchsorted(offsets, limit, side="right")) - 1)
-        out[start:stop] = _hash_slice(data, offsets[start : stop + 1])
+        out[start:stop] = _hash_slice(data, offsets[start : stop + 1], work)
         start = stop
     return out
 
@@ -135,7 +188,8 @@ def fingerprints(strings: AnyArray) -> U64s:
     chunks = string_chunks(strings)
     if chunks is None:
         chunks = cast(Iterator[StringChunk], string_chunks(pc.cast(strings, pa.large_string())))
-    parts = [_chunk_fingerprints(offsets, data) for offsets, data in chunks]
+    work = _Work()
+    parts = [_chunk_fingerprints(offsets, data, work) for offsets, data in chunks]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
 

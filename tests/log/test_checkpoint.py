@@ -653,6 +653,35 @@ def test_fields_null_in_every_row_share_one_array(
     assert len(full) >= 3
 
 
+def test_a_remove_column_of_nulls_is_not_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adds_only = [lb.protocol(), lb.metadata(), *(lb.add(f"a{i}") for i in range(30))]
+    (path,) = lb.LogWriter(tmp_path).checkpoint(3, adds_only)
+    assert "remove" in pq.read_schema(path).names
+    decoded: list[list[str]] = []
+    leaf_indices = checkpoint_module._leaf_indices
+
+    def spy(reader: pq.ParquetReader, names: list[str]) -> list[int]:
+        decoded.append(list(names))
+        return leaf_indices(reader, names)
+
+    monkeypatch.setattr(checkpoint_module, "_leaf_indices", spy)
+    a = parse_checkpoint(SOURCE, path.read_bytes(), "parquet")
+    assert [x["path"] for x in adds(a)] == [f"a{i}" for i in range(30)] and removes(a) == []
+    assert a.file_actions.column("remove").null_count == 30
+    # The other columns, then one field of remove (null in every row), then add alone.
+    assert decoded[1:] == [["remove"], ["add"]]
+    # With one tombstone, remove is decoded.
+    decoded.clear()
+    (path,) = lb.LogWriter(tmp_path / "t").checkpoint(3, [*adds_only, lb.remove("r")])
+    a = parse_checkpoint(SOURCE, path.read_bytes(), "parquet")
+    assert [x["path"] for x in removes(a)] == ["r"] and decoded[1:] == [
+        ["remove"],
+        ["add", "remove"],
+    ]
+
+
 def test_percent_zero_across_two_paths_is_no_nul(tmp_path: Path) -> None:
     # The byte scan sees "%0" + "0" where one path ends and the next begins; the rows decide.
     (path,) = lb.LogWriter(tmp_path).checkpoint(

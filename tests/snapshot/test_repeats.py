@@ -86,6 +86,18 @@ def test_slices_of_bounded_size(monkeypatch: pytest.MonkeyPatch) -> None:
     assert first_repeated(pa.array([*values, values[3]])) == values[3]
 
 
+def test_long_strings_are_hashed_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(repeats, "_LONG", 20)
+    values = _strings(400, 6)
+    assert any(len(v.encode()) > 20 for v in values) and any(len(v) <= 20 for v in values)
+    whole = pa.array(values)
+    chunked = pa.chunked_array([whole.slice(0, 150), whole.slice(150)])
+    assert np.array_equal(fingerprints(whole), fingerprints(chunked))
+    assert len(set(fingerprints(whole).tolist())) == len(values)
+    long = next(v for v in values if len(v.encode()) > 20)
+    assert first_repeated(pa.array([*values, long])) == long
+
+
 def test_colliding_fingerprints_are_compared_as_strings(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every fingerprint equal: only the exact comparison decides.
     monkeypatch.setattr(
