@@ -26,7 +26,7 @@ from deltastream.errors import (
     ObjectNotFoundError,
 )
 from deltastream.log.checkpoint import RowFilter, merge_checkpoint_parts, parse_checkpoint
-from deltastream.log.commit import LogActions, check_one_action_per_path, parse_many
+from deltastream.log.commit import LogActions, check_one_action_per_path_many, parse_many
 from deltastream.log.limits import check_json_log_size
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import SIDECAR_DIR, LogFile, LogFileKind
@@ -95,9 +95,10 @@ async def read_log_files(store: ObjectStore, files: Sequence[LogFile]) -> list[L
             ) from e
         named = [(store.uri_for(f.key), d) for f, d in zip(chunk, datas, strict=True)]
         parsed = await anyio.to_thread.run_sync(parse_many, named)
-        for f, actions in zip(chunk, parsed, strict=True):
-            if f.kind is LogFileKind.COMMIT:  # compactions are checked where they are used
-                check_one_action_per_path(actions)
+        # Compactions are checked where they are used.
+        check_one_action_per_path_many(
+            [a for f, a in zip(chunk, parsed, strict=True) if f.kind is LogFileKind.COMMIT]
+        )
         out.extend(parsed)
     return out
 
