@@ -6,12 +6,14 @@ worker thread, several files at once, and the batches reach the caller's event l
 one small queue per job, so a read of any size holds a few batches per job in flight.
 
 A job is one file, or a group of consecutive small files that the store opens with a system
-call (local files). One worker decodes a group's files one after another, reusing the column
-layout worked out for the first (:class:`~deltastream.read.reader.Layouts`), and hands their
-batches over in parcels of up to ``BATCH_ROWS`` rows: on a table of many small files the
-per-file costs (a job, a queue, waking the event loop) otherwise rival the decoding itself.
-Groups start at one file and double up to ``_GROUP_FILES``, so a read of a few files still
-decodes them in parallel.
+call (local files). In such a store, a job's consecutive files that need no Python of their
+own (every row, columns found by name: :mod:`deltastream.read.native`) are decoded by one
+native scan, which adds their partition values and constants itself and holds no GIL while
+it decodes; the others, one after another, reusing the column layout worked out for the
+first (:class:`~deltastream.read.reader.Layouts`). Batches are handed over in parcels of up
+to ``BATCH_ROWS`` rows: on a table of many small files the per-file costs (a job, a queue,
+waking the event loop) otherwise rival the decoding itself. Groups start at one file and
+double up to ``_GROUP_FILES``, so a read of a few files still decodes them in parallel.
 """
 
 from __future__ import annotations
