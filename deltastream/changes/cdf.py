@@ -35,6 +35,7 @@ from deltastream.log.commit import LogActions
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import LogFile
 from deltastream.read.batch_stream import BatchStream
+from deltastream.read.confinement import any_refused
 from deltastream.read.pipeline import read_files
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.snapshot.loader import (
@@ -239,8 +240,16 @@ async def _tasks(
         fresh = dict(
             zip((f.version for f in uncached), await read_log_files(store, uncached), strict=True)
         )
+        commits: list[tuple[int, LogActions]] = []
         for f in chunk:
-            v = f.version
-            actions = plan.cached.pop(v, None) or fresh[v]
-            for task in await planner.plan(v, actions, plan.timestamps_ms[v - plan.start], schemas):
+            cached = plan.cached.pop(f.version, None)
+            commits.append((f.version, cached or fresh[f.version]))
+        # The chunk's paths checked at once; where one is refused, each commit is checked as
+        # it is planned, so that the error names it, after the rows of those before it.
+        checked = not any_refused(store, [actions for _, actions in commits])
+        for v, actions in commits:
+            timestamp_ms = plan.timestamps_ms[v - plan.start]
+            for task in await planner.plan(
+                v, actions, timestamp_ms, schemas, paths_checked=checked
+            ):
                 yield task

@@ -149,9 +149,18 @@ class ChangePlanner:
         self._added: dict[str, Mapping[str, str | None]] = {}
 
     async def plan(
-        self, version: int, actions: LogActions, timestamp_ms: int, schemas: ChangeSchemas
+        self,
+        version: int,
+        actions: LogActions,
+        timestamp_ms: int,
+        schemas: ChangeSchemas,
+        *,
+        paths_checked: bool = False,
     ) -> list[tuple[FileRead, ReadSchema]]:
-        refuse_outside_actions(self.store, actions, version)
+        """The reads of ``version``'s change rows. ``paths_checked``: the caller found that
+        none of its paths is refused (:func:`~deltastream.read.confinement.any_refused`)."""
+        if not paths_checked:
+            refuse_outside_actions(self.store, actions, version)
         if len(actions.cdc):
             rows = cast(list[dict[str, Any]], actions.cdc.to_pylist(maps_as_pydicts="strict"))
             reads = [

@@ -13,7 +13,7 @@ none of them and is not refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ from deltastream.errors import UnsafePathError
 from deltastream.log.commit import LogActions
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["refuse_outside", "refuse_outside_actions"]
+__all__ = ["any_refused", "refuse_outside", "refuse_outside_actions"]
 
 #: pyarrow.compute, untyped: its stubs reject struct_field on chunked arrays.
 _compute: Any = pc
@@ -53,11 +53,39 @@ def refuse_outside_actions(store: ObjectStore, actions: LogActions, version: int
     """:func:`refuse_outside` for the ``add``, ``remove`` and ``cdc`` actions of a commit."""
     if store.external_paths.allow_all:
         return
+    paths, dvs = _action_paths(actions.file_actions, actions.cdc)
+    refuse_outside(store, actions.source, version, paths, dvs)
+
+
+def any_refused(store: ObjectStore, commits: Sequence[LogActions]) -> bool:
+    """Whether :func:`refuse_outside_actions` may refuse any of ``commits``: their paths
+    checked at once, a few compute calls in all instead of a few per commit (a range of
+    many small commits otherwise spends most of its planning here). ``False``: none is
+    refused; ``True``: check each with :func:`refuse_outside_actions`, which names it."""
+    policy = store.external_paths
+    if policy.allow_all:
+        return False
+    tables = [c.file_actions for c in commits if c.file_actions.num_rows]
+    cdcs = [c.cdc for c in commits if len(c.cdc)]
+    try:
+        table = pa.concat_tables(tables) if tables else None
+        cdc = pa.chunked_array(cdcs) if cdcs else None
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # different schemas: one at a time
+        return True
+    paths, dvs = _action_paths(table, cdc)
+    root = store.root_uri
+    return any(
+        policy.refused(root, array) is not None
+        for array in (*paths, *(_absolute_dv_paths(dv) for dv in dvs))
+    )
+
+
+def _action_paths(table: pa.Table | None, cdc: Any) -> tuple[list[Any], list[Any]]:
+    """The path arrays and deletion-vector arrays of file actions and ``cdc`` actions."""
     paths: list[Any] = []
     dvs: list[Any] = []
-    table = actions.file_actions
     for kind in ("add", "remove"):
-        if kind not in table.column_names:
+        if table is None or kind not in table.column_names:
             continue
         column = table.column(kind)
         if column.null_count == len(column):
@@ -65,9 +93,9 @@ def refuse_outside_actions(store: ObjectStore, actions: LogActions, version: int
         paths.append(_compute.struct_field(column, "path"))
         if "deletionVector" in [f.name for f in column.type]:
             dvs.append(_compute.struct_field(column, "deletionVector"))
-    if len(actions.cdc):
-        paths.append(_compute.struct_field(actions.cdc, "path"))
-    refuse_outside(store, actions.source, version, paths, dvs)
+    if cdc is not None and len(cdc):
+        paths.append(_compute.struct_field(cdc, "path"))
+    return paths, dvs
 
 
 def _absolute_dv_paths(dv: Any) -> Any:

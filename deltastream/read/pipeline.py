@@ -6,12 +6,14 @@ worker thread, several files at once, and the batches reach the caller's event l
 one small queue per job, so a read of any size holds a few batches per job in flight.
 
 A job is one file, or a group of consecutive small files that the store opens with a system
-call (local files). One worker decodes a group's files one after another, reusing the column
-layout worked out for the first (:class:`~deltastream.read.reader.Layouts`), and hands their
-batches over in parcels of up to ``BATCH_ROWS`` rows: on a table of many small files the
-per-file costs (a job, a queue, waking the event loop) otherwise rival the decoding itself.
-Groups start at one file and double up to ``_GROUP_FILES``, so a read of a few files still
-decodes them in parallel.
+call (local files). In such a store, a job's consecutive files that need no Python of their
+own (every row, columns found by name: :mod:`deltastream.read.native`) are decoded by one
+native scan, which adds their partition values and constants itself and holds no GIL while
+it decodes; the others, one after another, reusing the column layout worked out for the
+first (:class:`~deltastream.read.reader.Layouts`). Batches are handed over in parcels of up
+to ``BATCH_ROWS`` rows: on a table of many small files the per-file costs (a job, a queue,
+waking the event loop) otherwise rival the decoding itself. Groups start at one file and
+double up to ``_GROUP_FILES``, so a read of a few files still decodes them in parallel.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from deltastream.errors import DataFileNotFoundError, ObjectNotFoundError
+from deltastream.read.native import ScanPlan
 from deltastream.read.reader import BATCH_ROWS, FileRead, FileReader, Layouts, ReadSchema
 from deltastream.storage.base import ObjectStore
 
@@ -123,41 +126,160 @@ class _JobQueue:
         self._slots.release()  # wake a worker blocked on a full queue
 
 
+class _Left(Exception):
+    """The reader went away: the job stops."""
+
+
+class _Parcel:
+    """The entries a job gathers for its next parcel (see :func:`_run`)."""
+
+    def __init__(self, queue: _JobQueue) -> None:
+        self.queue = queue
+        self.entries: list[_Entry] = []
+        self.rows = 0
+
+    def add(self, index: int, batch: pa.RecordBatch) -> None:
+        # A parcel goes when the next batch would take it past BATCH_ROWS, so that the last
+        # one goes with the job's end.
+        if self.entries and self.rows + batch.num_rows > BATCH_ROWS:
+            if not self.queue.put(self.entries):
+                raise _Left
+            self.entries, self.rows = [], 0
+        self.entries.append((index, batch))
+        self.rows += batch.num_rows
+
+    def missing(self, index: int, error: ObjectNotFoundError) -> None:
+        self.entries.append(_Missing(index, error))
+
+
 def _run(reads: list[_Read], handle: pa.NativeFile | None, queue: _JobQueue) -> None:
     """Decode a job's files one after another, in a worker thread. ``handle`` is the first
     file already open (stores that open files on the event loop), else each file is opened
-    here. Stops when the reader went away."""
+    here, and runs of files that need no Python of their own are scanned natively
+    (:mod:`deltastream.read.native`). Stops when the reader went away."""
+    parcel = _Parcel(queue)
+    try:
+        if handle is not None:
+            _read_one(reads, 0, handle, Layouts(), parcel)
+        else:
+            _read_all(reads, parcel)
+    except _Left:
+        return
+    except BaseException as e:  # handed over, raised by the reader
+        queue.finish(parcel.entries, e)
+        return
+    queue.finish(parcel.entries, _END)
+
+
+def _read_all(reads: list[_Read], parcel: _Parcel) -> None:
+    """Every file of a job, from a store that opens files here: runs that fit a native scan
+    scanned, the others read by :class:`FileReader`."""
     layouts = Layouts()
-    parcel: list[_Entry] = []
-    rows = 0
-    for index, read in enumerate(reads):
-        if handle is None:
+    plans: dict[int, tuple[ReadSchema, ScanPlan | None]] = {}
+    i = 0
+    while i < len(reads):
+        schema = reads[i].schema
+        known = plans.get(id(schema))
+        if known is None:
+            known = plans[id(schema)] = (schema, ScanPlan.of(schema))
+        plan = known[1]
+        end = i if plan is None else _scan_run(reads, i, plan, layouts, parcel)
+        if end == i:  # the file does not fit a scan
+            _read_one(reads, i, None, layouts, parcel)
+            end = i + 1
+        i = end
+
+
+@dataclass(frozen=True)
+class _Opened:
+    index: int
+    handle: pa.NativeFile
+    fragment: object
+    rows: int
+
+
+def _scan_run(
+    reads: list[_Read], start: int, plan: ScanPlan, layouts: Layouts, parcel: _Parcel
+) -> int:
+    """Scan the files from ``start`` on that fit ``plan``, as one native scan; the index of
+    the first file after them (``start`` when that one does not fit)."""
+    opened: list[_Opened] = []
+    i = start
+    try:
+        while i < len(reads):
+            read = reads[i]
+            if read.schema is not plan.schema or not plan.takes(read.task):
+                break
             try:
                 handle = read.store.open_file_blocking(read.key, read.task.size)
-            except ObjectNotFoundError as e:
-                parcel.append(_Missing(index, e))
-                continue
-            except BaseException as e:  # handed over, raised by the reader
-                queue.finish(parcel, e)
-                return
+            except Exception:  # the reader opens it again and reports it
+                break
+            try:
+                found = plan.fragment(handle, read.task)
+            except Exception:  # not readable: the reader says why
+                found = None
+            if found is None:
+                handle.close()
+                break
+            opened.append(_Opened(i, handle, found[0], found[1]))
+            i += 1
+        if not opened:
+            return start
+        # Batches come in file order and never span files: the row counts say whose each is.
+        k, left = 0, opened[0].rows
         try:
-            reader = FileReader(read.source, handle, read.task, read.schema, layouts)
-            for batch in reader.batches():
-                # A parcel goes when the next batch would take it past BATCH_ROWS, so that
-                # the last one goes with the job's end.
-                if parcel and rows + batch.num_rows > BATCH_ROWS:
-                    if not queue.put(parcel):
-                        return
-                    parcel, rows = [], 0
-                parcel.append((index, batch))
-                rows += batch.num_rows
-        except BaseException as e:  # handed over, raised by the reader
-            queue.finish(parcel, e)
+            for batch in plan.scan([o.fragment for o in opened]):
+                if not batch.num_rows:
+                    continue
+                while not left:
+                    k += 1
+                    left = opened[k].rows
+                parcel.add(opened[k].index, batch)
+                left -= batch.num_rows
+        except _Left:
+            raise
+        except Exception:
+            # Read the rest with the reader, from the row the scan stopped at: it raises
+            # its own error for a broken file, or gives the rows.
+            for o in opened:
+                o.handle.close()
+            done = opened[k].rows - left
+            for j, o in enumerate(opened[k:]):
+                _read_one(reads, o.index, None, layouts, parcel, skip=done if j == 0 else 0)
+        return i
+    finally:
+        for o in opened:
+            o.handle.close()
+
+
+def _read_one(
+    reads: list[_Read],
+    index: int,
+    handle: pa.NativeFile | None,
+    layouts: Layouts,
+    parcel: _Parcel,
+    skip: int = 0,
+) -> None:
+    """Read file ``index`` of a job with :class:`FileReader` (opened here unless
+    ``handle``), leaving out its first ``skip`` rows (those a failed scan gave)."""
+    read = reads[index]
+    if handle is None:
+        try:
+            handle = read.store.open_file_blocking(read.key, read.task.size)
+        except ObjectNotFoundError as e:
+            parcel.missing(index, e)
             return
-        finally:
-            handle.close()
-            handle = None
-    queue.finish(parcel, _END)
+    try:
+        reader = FileReader(read.source, handle, read.task, read.schema, layouts)
+        for batch in reader.batches():
+            if skip:
+                if batch.num_rows <= skip:
+                    skip -= batch.num_rows
+                    continue
+                batch, skip = batch.slice(skip), 0
+            parcel.add(index, batch)
+    finally:
+        handle.close()
 
 
 @dataclass(frozen=True)

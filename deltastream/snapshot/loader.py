@@ -26,8 +26,8 @@ from deltastream.errors import (
     ObjectNotFoundError,
 )
 from deltastream.log.checkpoint import RowFilter, merge_checkpoint_parts, parse_checkpoint
-from deltastream.log.commit import LogActions, check_one_action_per_path, parse_many
-from deltastream.log.limits import check_json_log_size
+from deltastream.log.commit import LogActions, check_one_action_per_path_many, parse_many
+from deltastream.log.limits import check_json_log_size, max_json_log_bytes
 from deltastream.log.listing import list_log, load_segment
 from deltastream.log.paths import SIDECAR_DIR, LogFile, LogFileKind
 from deltastream.log.segment import LogListing, LogSegment, build_segment
@@ -80,8 +80,10 @@ def _chunks(files: Sequence[LogFile]) -> list[Sequence[LogFile]]:
 async def read_log_files(store: ObjectStore, files: Sequence[LogFile]) -> list[LogActions]:
     """Fetch and parse commits or compactions, in the order given. A file over the size
     limit (:mod:`deltastream.log.limits`) is refused before it is fetched."""
+    limit = max_json_log_bytes()  # read once: the environment lookup costs per file
     for f in files:
-        check_json_log_size(store.uri_for(f.key), f.size)
+        if f.size > limit:
+            check_json_log_size(store.uri_for(f.key), f.size)
     out: list[LogActions] = []
     for chunk in _chunks(files):
         try:
@@ -95,9 +97,10 @@ async def read_log_files(store: ObjectStore, files: Sequence[LogFile]) -> list[L
             ) from e
         named = [(store.uri_for(f.key), d) for f, d in zip(chunk, datas, strict=True)]
         parsed = await anyio.to_thread.run_sync(parse_many, named)
-        for f, actions in zip(chunk, parsed, strict=True):
-            if f.kind is LogFileKind.COMMIT:  # compactions are checked where they are used
-                check_one_action_per_path(actions)
+        # Compactions are checked where they are used.
+        check_one_action_per_path_many(
+            [a for f, a in zip(chunk, parsed, strict=True) if f.kind is LogFileKind.COMMIT]
+        )
         out.extend(parsed)
     return out
 

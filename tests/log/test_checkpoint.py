@@ -11,10 +11,12 @@ from typing import Any
 
 import logbuilder as lb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from deltastream.errors import CorruptCheckpointError, CorruptFileError
+from deltastream.log import checkpoint as checkpoint_module
 from deltastream.log.actions import ADD_TYPE, FILE_ACTIONS_SCHEMA, REMOVE_TYPE, STRING_MAP
 from deltastream.log.checkpoint import merge_checkpoint_parts, parse_checkpoint
 from deltastream.log.commit import LogActions
@@ -595,3 +597,95 @@ def test_invalid_file_actions_in_a_checkpoint_name_the_row(
     with pytest.raises(CorruptCheckpointError, match=message) as info:
         parse_checkpoint(str(path), path.read_bytes(), "parquet")
     assert info.value.path == str(path)
+
+
+# --- decoding in batches: what is sliced, shared or filtered ------------------------------
+
+
+def _many(tmp_path: Path, n: int) -> tuple[bytes, list[dict[str, Any]]]:
+    actions = [lb.protocol(), lb.metadata()]
+    for i in range(n):
+        actions.append(lb.remove(f"r{i}.parquet") if i % 7 == 3 else lb.add(f"a{i}.parquet"))
+    (path,) = lb.LogWriter(tmp_path).checkpoint(5, actions)
+    return path.read_bytes(), actions
+
+
+@pytest.mark.parametrize("dropped", [set(), {5}, {0, 1, 2, 9, 31}, set(range(0, 100, 2))])
+def test_a_row_filter_keeps_the_rows_it_says_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dropped: set[int]
+) -> None:
+    # Small batches: those dropping a few rows are sliced, those dropping many filtered.
+    monkeypatch.setattr(checkpoint_module, "_BATCH_ROWS", 16)
+    monkeypatch.setattr(checkpoint_module, "_MAX_DROPPED_SLICED", 3)
+    data, actions = _many(tmp_path, 100)
+    drop = {f"a{i}.parquet" for i in dropped} | {f"r{i}.parquet" for i in dropped}
+
+    def keep(rows: pa.Table) -> pa.Array[Any]:
+        paths = pc.coalesce(
+            pc.struct_field(rows.column("add"), "path"),
+            pc.struct_field(rows.column("remove"), "path"),
+        )
+        return pc.invert(pc.fill_null(pc.is_in(paths, pa.array(sorted(drop), pa.string())), False))
+
+    a = parse_checkpoint(SOURCE, data, "parquet", row_filter=keep)
+    kept = [x for x in actions[2:] if ("add" in x and x["add"]["path"] not in drop)]
+    assert [x["path"] for x in adds(a)] == [x["add"]["path"] for x in kept]
+    kept_removes = [x for x in actions[2:] if "remove" in x and x["remove"]["path"] not in drop]
+    assert [x["path"] for x in removes(a)] == [x["remove"]["path"] for x in kept_removes]
+    assert a.file_actions.column("add").null_count == len(kept_removes)
+
+
+def test_fields_null_in_every_row_share_one_array(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkpoint_module, "_BATCH_ROWS", 10)
+    actions = [lb.protocol(), lb.metadata(), *(lb.add(f"a{i}.parquet") for i in range(48))]
+    actions.append(lb.add("dv.parquet", dv=lb.inline_dv()))
+    (path,) = lb.LogWriter(tmp_path).checkpoint(5, actions)
+    a = parse_checkpoint(SOURCE, path.read_bytes(), "parquet")
+    column = a.file_actions.column("add")
+    rows = column.to_pylist()
+    assert [r["path"] for r in rows] == [f"a{i}.parquet" for i in range(48)] + ["dv.parquet"]
+    assert [r["deletionVector"] is None for r in rows] == [True] * 48 + [False]
+    full = [c for c in column.chunks if len(c) == 10]
+    for name in ("deletionVector", "baseRowId"):
+        assert len({c.field(name).buffers()[0].address for c in full}) == 1, name
+    assert len(full) >= 3
+
+
+def test_a_remove_column_of_nulls_is_not_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adds_only = [lb.protocol(), lb.metadata(), *(lb.add(f"a{i}") for i in range(30))]
+    (path,) = lb.LogWriter(tmp_path).checkpoint(3, adds_only)
+    assert "remove" in pq.read_schema(path).names
+    decoded: list[list[str]] = []
+    leaf_indices = checkpoint_module._leaf_indices
+
+    def spy(reader: pq.ParquetReader, names: list[str]) -> list[int]:
+        decoded.append(list(names))
+        return leaf_indices(reader, names)
+
+    monkeypatch.setattr(checkpoint_module, "_leaf_indices", spy)
+    a = parse_checkpoint(SOURCE, path.read_bytes(), "parquet")
+    assert [x["path"] for x in adds(a)] == [f"a{i}" for i in range(30)] and removes(a) == []
+    assert a.file_actions.column("remove").null_count == 30
+    # The other columns, then one field of remove (null in every row), then add alone.
+    assert decoded[1:] == [["remove"], ["add"]]
+    # With one tombstone, remove is decoded.
+    decoded.clear()
+    (path,) = lb.LogWriter(tmp_path / "t").checkpoint(3, [*adds_only, lb.remove("r")])
+    a = parse_checkpoint(SOURCE, path.read_bytes(), "parquet")
+    assert [x["path"] for x in removes(a)] == ["r"] and decoded[1:] == [
+        ["remove"],
+        ["add", "remove"],
+    ]
+
+
+def test_percent_zero_across_two_paths_is_no_nul(tmp_path: Path) -> None:
+    # The byte scan sees "%0" + "0" where one path ends and the next begins; the rows decide.
+    (path,) = lb.LogWriter(tmp_path).checkpoint(
+        3, [lb.protocol(), lb.metadata(), lb.add("a%0"), lb.add("0b"), lb.add("%")]
+    )
+    a = parse_checkpoint(SOURCE, path.read_bytes(), "parquet")
+    assert [x["path"] for x in adds(a)] == ["a%0", "0b", "%"]

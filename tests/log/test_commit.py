@@ -9,7 +9,7 @@ import pytest
 
 from deltastream.errors import CorruptCommitError, CorruptFileError
 from deltastream.log.actions import ADD_TYPE, CDC_TYPE, FILE_ACTIONS_SCHEMA, REMOVE_TYPE
-from deltastream.log.commit import LogActions, parse_commit
+from deltastream.log.commit import LogActions, check_one_action_per_path_many, parse_commit
 
 SOURCE = "s3://bucket/tbl/_delta_log/00000000000000000007.json"
 
@@ -713,3 +713,46 @@ def test_object_fields_of_file_actions_must_be_objects(field: str, value: Any) -
     action = {"add": {**ADD_C["add"], field: value}}
     with pytest.raises(CorruptCommitError, match=f"line 2: add.{field} must be an object"):
         parse_commit(SOURCE, ndjson(COMMIT_INFO, action))
+
+
+# --- one file action of a kind per path, many commits at once ------------------------------
+
+
+def _commit(name: str, *actions: dict[str, Any]) -> LogActions:
+    return parse_commit(name, "".join(json.dumps(a) + "\n" for a in actions).encode())
+
+
+def _adds(prefix: str, n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "add": {
+                "path": f"{prefix}{i}",
+                "partitionValues": {},
+                "size": 1,
+                "modificationTime": 1,
+                "dataChange": True,
+            }
+        }
+        for i in range(n)
+    ]
+
+
+def _remove(path: str) -> dict[str, Any]:
+    return {"remove": {"path": path, "deletionTimestamp": 1, "dataChange": True}}
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_many_commits_are_checked_in_order(big: bool) -> None:
+    n = 100 if big else 3  # over or under the size checked in Python
+    fine = [_commit(f"c{i}", *_adds(f"c{i}-", n), _remove(f"c{i}-0")) for i in range(3)]
+    check_one_action_per_path_many(fine)
+    twice_removed = _commit("bad-remove", *_adds("r", n), _remove("x"), _remove("x"))
+    twice_added = _commit("bad-add", *_adds("a", n), *_adds("a", 1))
+    with pytest.raises(CorruptCommitError, match="two remove actions for 'x'") as info:
+        check_one_action_per_path_many(
+            [*fine, twice_removed, _commit("small", *_adds("s", 2)), twice_added]
+        )
+    assert info.value.path == "bad-remove"
+    with pytest.raises(CorruptCommitError, match="two add actions for 'a0'") as info:
+        check_one_action_per_path_many([fine[0], twice_added, twice_removed])
+    assert info.value.path == "bad-add"
