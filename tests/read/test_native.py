@@ -11,17 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pipeline_reads import read_pairs
 
 from deltastream.errors import DataFileError
 from deltastream.read import native, pipeline
-from deltastream.read.pipeline import read_file_batches
 from deltastream.read.reader import FileRead, FileReader, ReadSchema
 from deltastream.schema.model import ColumnMappingMode, parse_schema
-from deltastream.storage import open_store
 
 CONSTANTS = (
     pa.field("_change_type", pa.string()),
@@ -82,22 +80,6 @@ def _rows(n: int, first: int = 0, **columns: Any) -> pa.Table:
     return pa.table(data)
 
 
-def _read(root: Path, reads: list[tuple[FileRead, ReadSchema]]) -> list[tuple[str, pa.RecordBatch]]:
-    got: list[tuple[str, pa.RecordBatch]] = []
-
-    async def main() -> None:
-        async def tasks():  # type: ignore[no-untyped-def]
-            for r in reads:
-                yield r
-
-        async with open_store(str(root)) as store:
-            async for task, batch in read_file_batches(store, tasks(), concurrency=2):
-                got.append((task.path, batch))
-
-    anyio.run(main)
-    return got
-
-
 def _both(
     root: Path, reads: list[tuple[FileRead, ReadSchema]], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[tuple[str, pa.Table]], int]:
@@ -112,11 +94,11 @@ def _both(
         original(self, *a, **k)
 
     monkeypatch.setattr(FileReader, "__init__", counting)
-    scanned = _read(root, reads)
+    scanned = read_pairs(root, reads)
     reader_files = opened
     with monkeypatch.context() as m:
         m.setattr(pipeline.ScanPlan, "of", classmethod(lambda cls, schema: None))
-        alone = _read(root, reads)
+        alone = read_pairs(root, reads)
     assert [p for p, _ in scanned] == [p for p, _ in alone]
     for (_, a), (_, b) in zip(scanned, alone, strict=True):
         assert a.schema.equals(b.schema, check_metadata=True)
@@ -264,7 +246,7 @@ def test_a_scan_that_fails_leaves_the_file_to_the_reader_and_its_error(
         for i in range(8)
     ]
     with pytest.raises(DataFileError, match=r"e5\.parquet"):
-        _read(tmp_path, reads)
+        read_pairs(tmp_path, reads)
 
 
 def test_a_plan_is_refused_where_the_reader_must_do_the_work() -> None:

@@ -19,6 +19,7 @@ import anyio
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pipeline_reads import read_pairs
 
 from deltastream.errors import DataFileError, DataFileNotFoundError
 from deltastream.read.batch_stream import BatchStream, to_record_batch_reader
@@ -51,35 +52,6 @@ def _write(root: Path, name: str, ids: range, **extra: Any) -> FileRead:
     return FileRead(path=name, size=(root / name).stat().st_size)
 
 
-def _read(
-    root: Path,
-    reads: list[tuple[FileRead, ReadSchema]],
-    on_missing: Any = None,
-    concurrency: int = 2,
-    seen: list[str] | None = None,
-) -> list[tuple[str, pa.RecordBatch]]:
-    """The (path, batch) pairs of ``reads``; ``seen`` gets each path as its batch arrives
-    (what came before an error)."""
-    got: list[tuple[str, pa.RecordBatch]] = []
-
-    async def main() -> None:
-        async def tasks():  # type: ignore[no-untyped-def]
-            for r in reads:
-                yield r
-
-        async with open_store(str(root)) as store:
-            pairs = read_file_batches(
-                store, tasks(), concurrency=concurrency, on_missing=on_missing
-            )
-            async for task, batch in pairs:
-                got.append((task.path, batch))
-                if seen is not None:
-                    seen.append(task.path)
-
-    anyio.run(main)
-    return got
-
-
 def test_many_small_files_come_out_in_order_paired_with_their_reads(tmp_path: Path) -> None:
     """60 small files (groups of 1, 2, 4, 8, 16, 16, 13), a file of unknown size (read
     alone) in the middle: every batch in read order, and each paired with its own file."""
@@ -89,7 +61,7 @@ def test_many_small_files_come_out_in_order_paired_with_their_reads(tmp_path: Pa
     unsized = FileRead(path=reads[30][0].path)  # no size: read alone, not grouped
     reads[30] = (unsized, ID_S)
     for concurrency in (1, 2, 4):
-        got = _read(tmp_path, reads, concurrency=concurrency)
+        got = read_pairs(tmp_path, reads, concurrency=concurrency)
         assert [path for path, _ in got] == [f"f{i}.parquet" for i in range(60)]
         for path, batch in got:
             i = int(path[1:].split(".")[0])
@@ -107,13 +79,13 @@ def test_a_missing_file_in_a_group_is_skipped_or_reported_at_its_place(tmp_path:
         skipped.append(task.path)
         return True
 
-    got = _read(tmp_path, reads, on_missing=skip)
+    got = read_pairs(tmp_path, reads, on_missing=skip)
     assert skipped == ["f5.parquet"]
     assert [p for p, _ in got] == [f"f{i}.parquet" for i in range(12) if i != 5]
 
     seen: list[str] = []
     with pytest.raises(DataFileNotFoundError, match=r"f5\.parquet"):
-        _read(tmp_path, reads, seen=seen)
+        read_pairs(tmp_path, reads, seen=seen)
     assert seen == [f"f{i}.parquet" for i in range(5)]  # everything before it, nothing after
 
 
@@ -126,7 +98,7 @@ def test_a_broken_file_in_a_group_fails_naming_it_after_the_files_before_it(
     reads[9] = (FileRead(path="f9.parquet", size=len(data) // 2, version=7), ID_S)
     seen: list[str] = []
     with pytest.raises(DataFileError, match=r"f9\.parquet") as caught:
-        _read(tmp_path, reads, seen=seen)
+        read_pairs(tmp_path, reads, seen=seen)
     assert caught.value.version == 7
     assert seen == [f"f{i}.parquet" for i in range(9)]
 
@@ -148,7 +120,7 @@ def test_files_of_different_schemas_in_one_group_are_each_read_by_their_own(
         (FileRead("c.parquet", size=(tmp_path / "c.parquet").stat().st_size), ID_S),
         (d, ID_S),
     ]
-    got = _read(tmp_path, reads)
+    got = read_pairs(tmp_path, reads)
     table = pa.Table.from_batches([b for _, b in got[3:]])
     assert table.to_pydict() == {"id": [3, 4, 5, 6, 7], "s": [None, None, "x", "s6", "s7"]}
 
@@ -185,7 +157,7 @@ def test_column_mapping_by_id_is_worked_out_per_file_schema(tmp_path: Path) -> N
 
     same, swapped = write("same.parquet", (1, 2)), write("swapped.parquet", (2, 1))
     reads = [(same, read_schema)] * 3 + [(same, read_schema), (swapped, read_schema)]
-    got = [b.to_pydict() for _, b in _read(tmp_path, reads)]
+    got = [b.to_pydict() for _, b in read_pairs(tmp_path, reads)]
     assert got[3] == {"x": [10], "y": [20]}
     assert got[4] == {"x": [20], "y": [10]}
 
