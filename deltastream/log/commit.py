@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import orjson
 import pyarrow as pa
@@ -315,18 +315,21 @@ def check_one_action_per_path(actions: LogActions) -> None:
         paths = pc.drop_null(pc.struct_field(column, "path"))
         if len(paths) == len(pc.unique(paths)):
             continue
-        seen: set[str] = set()
-        for path in cast("list[str]", paths.to_pylist()):
-            if path in seen:
-                _two_actions(actions, kind, path)
-            seen.add(path)
+        _refuse_repeated(actions, kind, cast("list[str]", paths.to_pylist()))
 
 
-def _two_actions(actions: LogActions, kind: str, path: str) -> NoReturn:
-    raise CorruptCommitError(
-        actions.source,
-        f"two {kind} actions for {path!r}: a valid version has at most one {kind} per path",
-    )
+def _refuse_repeated(actions: LogActions, kind: str, paths: Sequence[str | None]) -> None:
+    """Raise for the first path (nulls aside) that ``paths`` hold twice."""
+    seen: set[str] = set()
+    for path in paths:
+        if path is None:
+            continue
+        if path in seen:
+            raise CorruptCommitError(
+                actions.source,
+                f"two {kind} actions for {path!r}: a valid version has at most one {kind} per path",
+            )
+        seen.add(path)
 
 
 #: Commits with at most this many file actions are checked together, in Python: one Arrow
@@ -351,11 +354,5 @@ def check_one_action_per_path_many(commits: Sequence[LogActions]) -> None:
             check_one_action_per_path(actions)
             continue
         for kind, column_paths in paths.items():
-            seen: set[str] = set()
-            for path in column_paths[start : start + n]:
-                if path is None:
-                    continue
-                if path in seen:
-                    _two_actions(actions, kind, path)
-                seen.add(path)
+            _refuse_repeated(actions, kind, column_paths[start : start + n])
         start += n
