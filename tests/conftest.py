@@ -34,11 +34,20 @@ S3_CREDENTIALS = {
 }
 
 
+#: Options for every JVM the tests start (Spark drivers, Connect servers, a local cluster's
+#: workers and executors, through the environment they inherit): the tests' JVMs live for
+#: seconds to minutes, so C2's compilations never pay for themselves, and a parallel
+#: collector's threads only compete with the other tests. Measured on tests/spark/test_batch.py
+#: (2 cores): 20% less CPU (50 to 40 s), and no slower.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not (CORPORA / "INDEX.md").is_file():
         raise pytest.UsageError(
             f"conformance corpora not found at {CORPORA}: tests need ../shared/corpora"
         )
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
 
 
 @pytest.fixture(autouse=True)

@@ -1,10 +1,11 @@
 """Exactly-once at every crash point, not just under random kills.
 
 Each test stops a tailer process at one named point of the delivery protocol (see
-:mod:`deltastream.daemon.crashpoints`), once, twice and three times in a row, each time after
-a little progress, inside one version (a version of 60 rows delivered 4 rows at a time) and
-inside one snapshot, for every sink; then lets it finish and compares what the sink holds
-with the rows of a run that never crashed (itself checked against delta-rs):
+:mod:`deltastream.daemon.crashpoints`), once, and three times in a row (the third run resumes
+from what two crashes left), each time after a little progress, inside one version (a
+version of 60 rows delivered 4 rows at a time) and inside one snapshot, for every sink; then
+lets it finish and compares what the sink holds with the rows of a run that never crashed
+(itself checked against delta-rs):
 
 * ``jsonl`` and ``parquet``: exactly the reference rows, in order (0 lost, 0 repeated);
 * ``delta`` and ``postgresql`` (change logs): exactly the reference rows (as a multiset: a
@@ -196,12 +197,18 @@ NTH_PASS = {
 assert set(NTH_PASS) == DELIVERY_POINTS
 
 
+#: Crashes in a row before a run may finish. Two in a row is not a case of its own: the
+#: three-crash case passes through it (its third run resumes from what two crashes left, and
+#: crashes in turn), and finishing from it would cost three more runs per point.
+IN_A_ROW = (1, 3)
+
+
 def crash_counts(mode: str, point: str) -> tuple[int, ...]:
     # A finished snapshot stream saves its table state once, and once a saved state is
     # committed there is nothing left to save: those points can be crashed at only once.
     if point == "state.snapshot-prune" or (mode == "snapshot" and point.startswith("state.")):
-        return (1,) if point.startswith("state.snapshot-") else (1, 2, 3)
-    return (1, 2, 3)
+        return (1,) if point.startswith("state.snapshot-") else IN_A_ROW
+    return IN_A_ROW
 
 
 def cases() -> Iterator[Any]:
@@ -320,7 +327,7 @@ def check_at_least_once(deliveries: list[tuple[str, list[Row]]], expected: list[
 
 
 @pytest.mark.parametrize(("sink", "mode", "point"), list(cases()))
-def test_every_crash_point_once_twice_and_three_times(
+def test_every_crash_point_once_and_three_times_in_a_row(
     sink: str,
     mode: str,
     point: str,

@@ -6,7 +6,7 @@ once, and the daemon rides the faults out by itself (retrying requests, and rest
 stream when a request fails for good).
 
 The scenario (``s3_fault_scenario.py``) is the one of ``benchmarks/soak_s3_faults.py``, here
-about a minute long."""
+about 40 seconds long."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from faultproxy import FAULT_KINDS
 from s3_fault_scenario import Phase, Scenario, format_report, run_scenario
 
 SCENARIO = Scenario(
-    phases=(Phase(25, 0.10), Phase(25, 0.30)),
+    phases=(Phase(15, 0.10), Phase(15, 0.30)),
     interval=0.6,
     poll_interval=0.25,
     # Three attempts per request (not ten): now and then one fails for good, and a stream
@@ -32,8 +32,8 @@ def test_every_change_row_exactly_once_under_s3_faults(s3_server: S3Server, tmp_
     text = format_report(report)
     print(text)
     assert report.writer_error is None, text
-    # The writer commits every 0.6 s when it can: about 60 alone, 17 under an 8-fold load.
-    assert report.commits >= 10, text
+    # The writer commits every 0.6 s when it can: about 40 alone, 10 under an 8-fold load.
+    assert report.commits >= 6, text
     # Faults of every kind were injected, in both phases.
     total = report.faults["total"]
     assert all(total[kind] > 0 for kind in FAULT_KINDS), text
