@@ -50,24 +50,25 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
 
 
-#: The files that take longest (about 20 s to 95 s each with two workers), longest first:
-#: collected first, so that ``--dist loadfile`` hands them out first and the many short files
-#: fill in around them, instead of one worker running a long file alone at the end (3 of the
-#: 16 minutes of a run beside another suite). The rest keep their order.
+#: The files that take longest (about 20 s to 95 s each with two workers), roughly longest
+#: first, a Spark one after one that is not: collected first, so that ``--dist loadfile``
+#: hands them out first and the many short files fill in around them (instead of one worker
+#: running a long file alone at the end), and so that a suite's two workers seldom both run
+#: Spark's JVMs at once. The rest keep their order.
 LONGEST_FIRST = (
     "daemon/test_crash_points.py",
     "test_consumers_agree.py",
-    "spark/test_registration.py",
-    "spark/test_stream.py",
     "daemon/test_crash.py",
+    "spark/test_registration.py",
     "daemon/test_s3_faults.py",
+    "spark/test_stream.py",
     "test_docs.py",
-    "test_object_stores.py",
-    "snapshot/test_incremental.py",
-    "daemon/test_cli_daemon.py",
     "spark/test_connect.py",
+    "test_object_stores.py",
     "spark/test_cluster.py",
+    "snapshot/test_incremental.py",
     "spark/test_batch.py",
+    "daemon/test_cli_daemon.py",
     "test_packaging.py",
     "read/test_predicates.py",
     "daemon/test_exec_timeout.py",
