@@ -2,8 +2,8 @@
 
 Issue 25 asks for a suite that is green on 2 busy cores in under 15 minutes, shown by running
 it three times in a row with another suite running beside it. This script does that: it
-checks out the commit given (default ``HEAD``) twice, as detached git worktrees in a temporary
-directory, and runs in each, at the same time, what ``tests/run`` runs of pytest (two
+checks out the commit given (default ``HEAD``) twice, as detached git worktrees beside this
+checkout (where the corpora are ``../shared/corpora`` too), and runs in each, at the same time, what ``tests/run`` runs of pytest (two
 workers, whole files each, the longest first); ``--rounds`` times in a row. Each run imports
 its own checkout (``PYTHONPATH``); the installed packages, the servers and pip's cache are
 shared, as they would be by two people's suites on one machine. The Spark smoke suites of
@@ -77,8 +77,8 @@ def main() -> int:
     args = parser.parse_args()
     logs = args.logs or Path(tempfile.mkdtemp(prefix="side-by-side-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
-    trees = [checkout(args.commit, work / name) for name in ("a", "b")]
+    # Beside this checkout: the tests find the corpora at ../shared/corpora.
+    trees = [checkout(args.commit, ROOT.parent / f"{ROOT.name}-side-by-side-{n}") for n in "ab"]
     print(f"commit {args.commit}, logs in {logs}", flush=True)
     ok = True
     try:
@@ -86,7 +86,7 @@ def main() -> int:
             started = time.monotonic()
             runs = []
             for tree in trees:
-                log = logs / f"round-{round_}-{tree.name}.log"
+                log = logs / f"round-{round_}-{tree.name[-1]}.log"
                 env = {**os.environ, "PYTHONPATH": str(tree)}
                 with open(log, "w") as out:
                     process = subprocess.Popen(
@@ -96,7 +96,7 @@ def main() -> int:
                         stdout=out,
                         stderr=subprocess.STDOUT,
                     )
-                runs.append((tree.name, log, process))
+                runs.append((tree.name[-1], log, process))
             for name, log, process in runs:
                 status = process.wait()
                 minutes = (time.monotonic() - started) / 60
