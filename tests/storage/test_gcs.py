@@ -347,6 +347,43 @@ async def test_a_service_account_signs_requests(gcs_server: str, tmp_path: Path)
     assert len(_TokenServer.grants) == 1 and "jwt-bearer" in _TokenServer.grants[0]
 
 
+class _FailingTokenServer(BaseHTTPRequestHandler):
+    """A token endpoint that answers every grant with 503."""
+
+    grants: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).grants.append(self.path)
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.anyio
+async def test_a_failing_token_endpoint_is_asked_once_per_attempt(tmp_path: Path) -> None:
+    """The shared retry policy alone decides how often a token is asked for: with
+    ``max_attempts=2``, two grants, then one error naming the object and the cause
+    (gcloud-aio-auth's own five tries, up to a minute apart, would make ten)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FailingTokenServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        key = service_account_key(tmp_path, f"http://127.0.0.1:{server.server_port}/token")
+        options = {"google_service_account": str(key), "max_attempts": "2"}
+        async with make_store("http://127.0.0.1:9", "bkt", **options) as store:
+            with pytest.raises(StorageError) as raised:
+                await store.get("k")
+    finally:
+        server.shutdown()
+    assert len(_FailingTokenServer.grants) == 2
+    message = str(raised.value)
+    assert message.startswith("gs://bkt/tables/t1/k: GET failed after 2 attempt(s)"), message
+    assert "cannot get Google credentials: ClientResponseError: 503" in message, message
+
+
 @pytest.mark.anyio
 async def test_unsigned_requests_carry_no_authorization(gcs_server: str) -> None:
     bucket = new_bucket(gcs_server)

@@ -96,6 +96,23 @@ def _transient(error: BaseException) -> str | None:
     return None
 
 
+def _one_attempt_token(key: io.StringIO | None) -> Any:
+    """``gcloud-aio-auth``'s :class:`Token` for ``key`` (None: the default credentials),
+    asking the token endpoint once per request. Its own ``acquire_access_token`` retries five
+    times, waiting up to a minute between tries, beneath :func:`call_with_retries`: a refused
+    or unreachable endpoint took about 9 s per attempt of the shared policy to report (18 s
+    with ``max_attempts=2``), and the retry policy is the shared one's alone to set."""
+    from gcloud.aio.auth import Token
+
+    class OneAttemptToken(Token):
+        # The undecorated method (tenacity's decorator keeps it as ``__wrapped__``).
+        acquire_access_token = getattr(
+            Token.acquire_access_token, "__wrapped__", Token.acquire_access_token
+        )
+
+    return OneAttemptToken(service_file=key, scopes=_SCOPES)
+
+
 def _millis(timestamp: str) -> int:
     return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
 
@@ -149,12 +166,10 @@ class GcsStore(ObjectStore):
                 connector = aiohttp.TCPConnector(limit=max(10, opts.max_concurrency))
                 session = aiohttp.ClientSession(timeout=timeout, connector=connector)
                 if opts.signed:
-                    from gcloud.aio.auth import Token
-
                     info = opts.service_account_info
                     key = io.StringIO(json.dumps(dict(info))) if info is not None else None
                     # The token keeps a session of its own for the OAuth exchange (closed below).
-                    self._token = Token(service_file=key, scopes=_SCOPES)
+                    self._token = _one_attempt_token(key)
                 self._session = session
         return self._session
 
