@@ -77,6 +77,9 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
+    missing = [name for name in LONGEST_FIRST if not (tests / name).is_file()]
+    if missing:  # a renamed file would silently lose its place
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names no file: {missing}")
     rank = {str(tests / name): i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # stable: files stay whole
 

@@ -368,6 +368,7 @@ async def test_a_failing_token_endpoint_is_asked_once_per_attempt(tmp_path: Path
     """The shared retry policy alone decides how often a token is asked for: with
     ``max_attempts=2``, two grants, then one error naming the object and the cause
     (gcloud-aio-auth's own five tries, up to a minute apart, would make ten)."""
+    _FailingTokenServer.grants.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FailingTokenServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
