@@ -8,7 +8,6 @@ and the errors.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from deltastream._version import __version__
 from deltastream.changes.api import read_changes, table_changes
 from deltastream.errors import (
     ChangeDataError,
@@ -70,6 +69,7 @@ from deltastream.snapshot.timestamps import TimestampSearch
 from deltastream.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
+    from deltastream._version import __version__
     from deltastream.daemon.api import tail
     from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
     from deltastream.daemon.service.config import load_config
@@ -98,8 +98,11 @@ if TYPE_CHECKING:
 
 # Imported on first use (PEP 562): the daemon (pydantic models, sinks, the HTTP server) and
 # the S3 client are costly to import, and a reader that needs neither (Spark's Python
-# workers start a fresh interpreter per streaming query) should not pay for them.
+# workers start a fresh interpreter per streaming query) should not pay for them. Nor for
+# the version: importlib.metadata searches every sys.path entry, and a Spark worker's path
+# holds Spark's core jar, whose 26,000 names took 0.1 s to scan.
 _LAZY = {
+    "__version__": "deltastream._version",
     "tail": "deltastream.daemon.api",
     "load_config": "deltastream.daemon.service.config",
     **dict.fromkeys(("Delivery", "Position", "Sink", "StreamRef"), "deltastream.daemon.delivery"),

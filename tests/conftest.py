@@ -12,10 +12,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +51,38 @@ def pytest_configure(config: pytest.Config) -> None:
             f"conformance corpora not found at {CORPORA}: tests need ../shared/corpora"
         )
     os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
+    # The suite starts hundreds of Python processes (the CLI, daemons, Spark's workers):
+    # with PYTHONDONTWRITEBYTECODE set (as on some machines and images), each compiled the
+    # checkout's modules from source (0.1 s for the CLI's), and pytest rewrote every test
+    # module's asserts again in each worker. Bytecode is written to __pycache__ as usual.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+    if "SPARK_HOME" not in os.environ and not hasattr(config, "workerinput"):
+        # Made once, by the controller (xdist's workers inherit it); removed at its end.
+        home = link_spark_home(Path(tempfile.mkdtemp(prefix="deltastream-tests-spark-home-")))
+        os.environ["SPARK_HOME"] = str(home)
+        config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
+def link_spark_home(home: Path) -> Path:
+    """Make ``home`` a Spark home of links to the installed pyspark package's files (its
+    ``bin/``, ``jars/``...), without its zipped Python (``python/lib/pyspark.zip``).
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path.
+    Python compiles modules imported from a zip afresh in each process (there is no
+    bytecode cache), and ``importlib.invalidate_caches()``, which each worker calls, rereads
+    the zip's directory once per package imported from it. The processes Spark does not fork
+    from its daemon (a streaming source's, one per stream) paid about 0.6 s of CPU each for
+    that: half their start-up. Without the zip, workers import the same pyspark from
+    site-packages, byte-compiled. ``work/`` is left out: a cluster's workers write there.
+    """
+    spec = importlib.util.find_spec("pyspark")  # found, not imported: this runs at configure
+    assert spec is not None and spec.submodule_search_locations, "pyspark is not installed"
+    package = Path(next(iter(spec.submodule_search_locations)))
+    for entry in package.iterdir():
+        if entry.name not in ("python", "work", "__pycache__"):
+            (home / entry.name).symlink_to(entry)
+    return home
 
 
 #: The files that take longest (about 20 s to 95 s each with two workers), roughly longest

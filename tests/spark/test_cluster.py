@@ -7,7 +7,8 @@ exactly the table's rows, read on both executors.
 The driver is a process of its own (``cluster_driver.py``). pyspark's pip package carries
 what the workers launch executors with (``bin/``, ``jars/``); each worker writes its
 executors' directories under ``$SPARK_HOME/work``, so ``SPARK_HOME`` is a temporary
-directory of links to pyspark's files, and nothing is written into the installed package.
+directory of links to pyspark's files (conftest's ``link_spark_home``), and nothing is
+written into the installed package.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as pads
-import pyspark
 import pytest
+from conftest import link_spark_home
 from deltalake import DeltaTable, write_deltalake
 
 import deltastream as ds
@@ -54,10 +55,7 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Pa
 
     home = tmp / "spark_home"
     home.mkdir()
-    package = Path(pyspark.__file__).parent
-    for entry in package.iterdir():
-        if entry.name != "work":
-            (home / entry.name).symlink_to(entry)
+    link_spark_home(home)
     out = tmp / "out"
     env = {
         **os.environ,
