@@ -57,7 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # module's asserts again in each worker. Bytecode is written to __pycache__ as usual.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
-    if "SPARK_HOME" not in os.environ and not hasattr(config, "workerinput"):
+    pyspark_found = importlib.util.find_spec("pyspark") is not None  # found, not imported
+    if pyspark_found and "SPARK_HOME" not in os.environ and not hasattr(config, "workerinput"):
         # Made once, by the controller (xdist's workers inherit it); removed at its end.
         home = link_spark_home(Path(tempfile.mkdtemp(prefix="deltastream-tests-spark-home-")))
         os.environ["SPARK_HOME"] = str(home)
@@ -76,7 +77,7 @@ def link_spark_home(home: Path) -> Path:
     that: half their start-up. Without the zip, workers import the same pyspark from
     site-packages, byte-compiled. ``work/`` is left out: a cluster's workers write there.
     """
-    spec = importlib.util.find_spec("pyspark")  # found, not imported: this runs at configure
+    spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.submodule_search_locations, "pyspark is not installed"
     package = Path(next(iter(spec.submodule_search_locations)))
     for entry in package.iterdir():
@@ -110,6 +111,21 @@ LONGEST_FIRST = (
 )
 
 
+#: The files whose tests use the session's ``spark`` fixture: ``--dist loadfile`` hands them
+#: to one worker as one unit (``pytest_xdist_make_scheduler``), so that the suite starts one
+#: Spark session, not one per worker (a JVM and four Python daemons: about 10 s of CPU),
+#: and never runs two at once. Collection fails if a file using the fixture is not listed.
+SPARK_SESSION_FILES = (
+    "test_consumers_agree.py",
+    "spark/test_stream.py",
+    "spark/test_batch.py",
+    "spark/test_columns.py",
+    "spark/test_docs_examples.py",
+    "spark/test_variant_columns.py",
+    "spark_versions/test_smoke.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
     missing = [name for name in LONGEST_FIRST if not (tests / name).is_file()]
@@ -117,6 +133,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names no file: {missing}")
     rank = {str(tests / name): i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # stable: files stay whole
+    using = {
+        item.path.relative_to(tests).as_posix() for item in items if "spark" in item.fixturenames
+    }
+    unlisted = using - set(SPARK_SESSION_FILES)
+    if unlisted:  # it would start a Spark session of its own on the other worker
+        raise pytest.UsageError(f"tests/conftest.py SPARK_SESSION_FILES misses: {sorted(unlisted)}")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with SPARK_SESSION_FILES as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    together = {f"tests/{name}" for name in SPARK_SESSION_FILES}
+
+    class SparkSessionTogether(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            return "the Spark session's files" if scope in together else scope
+
+    return SparkSessionTogether(config, log)
 
 
 @pytest.fixture(autouse=True)
