@@ -90,7 +90,8 @@ def link_spark_home(home: Path) -> Path:
 #: first, a Spark one after one that is not: collected first, so that ``--dist loadfile``
 #: hands them out first and the many short files fill in around them (instead of one worker
 #: running a long file alone at the end), and so that a suite's two workers seldom both run
-#: Spark's JVMs at once. The rest keep their order.
+#: Spark's JVMs at once. The rest keep their order. (SPARK_SESSION_FILES below are one unit,
+#: handed out where the first of them stands.)
 LONGEST_FIRST = (
     "daemon/test_crash_points.py",
     "test_consumers_agree.py",
