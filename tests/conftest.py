@@ -142,6 +142,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"tests/conftest.py SPARK_SESSION_FILES misses: {sorted(unlisted)}")
 
 
+@pytest.hookimpl(optionalhook=True)  # the Spark version suites' virtualenvs have no xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile``, with SPARK_SESSION_FILES as one unit."""
     if config.getvalue("dist") != "loadfile":
