@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
     pyspark_found = importlib.util.find_spec("pyspark") is not None  # found, not imported
-    if pyspark_found and "SPARK_HOME" not in os.environ and not hasattr(config, "workerinput"):
+    if pyspark_found and "SPARK_HOME" not in os.environ:
         # Made once, by the controller (xdist's workers inherit it); removed at its end.
         home = link_spark_home(Path(tempfile.mkdtemp(prefix="deltastream-tests-spark-home-")))
         os.environ["SPARK_HOME"] = str(home)
@@ -73,8 +73,8 @@ def link_spark_home(home: Path) -> Path:
     Python compiles modules imported from a zip afresh in each process (there is no
     bytecode cache), and ``importlib.invalidate_caches()``, which each worker calls, rereads
     the zip's directory once per package imported from it. The processes Spark does not fork
-    from its daemon (a streaming source's, one per stream) paid about 0.6 s of CPU each for
-    that: half their start-up. Without the zip, workers import the same pyspark from
+    from its daemon (a streaming source's, one per stream) paid about 0.7 s of CPU each for
+    that: 40% of their start-up. Without the zip, workers import the same pyspark from
     site-packages, byte-compiled. ``work/`` is left out: a cluster's workers write there.
     """
     spec = importlib.util.find_spec("pyspark")
@@ -129,9 +129,13 @@ SPARK_SESSION_FILES = (
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
-    missing = [name for name in LONGEST_FIRST if not (tests / name).is_file()]
-    if missing:  # a renamed file would silently lose its place
-        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names no file: {missing}")
+    for listed, names in (
+        ("LONGEST_FIRST", LONGEST_FIRST),
+        ("SPARK_SESSION_FILES", SPARK_SESSION_FILES),
+    ):
+        missing = [name for name in names if not (tests / name).is_file()]
+        if missing:  # a renamed file would silently lose its place
+            raise pytest.UsageError(f"tests/conftest.py {listed} names no file: {missing}")
     rank = {str(tests / name): i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # stable: files stay whole
     using = {

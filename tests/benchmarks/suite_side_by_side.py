@@ -5,9 +5,9 @@ it three times in a row with another suite running beside it. This script does t
 checks out the commit given (default ``HEAD``) twice, as detached git worktrees beside this
 checkout (where the corpora are ``../shared/corpora`` too), and runs in each, at the same
 time, what ``tests/run`` runs of pytest (two workers, whole files each, the longest first);
-``--rounds`` times in a row. Each run imports
-its own checkout (``PYTHONPATH``); the installed packages, the servers and pip's cache are
-shared, as they would be by two people's suites on one machine. The Spark smoke suites of
+``--rounds`` times in a row. Each run imports its own checkout (``PYTHONPATH``); the
+installed packages, the servers and pip's cache are shared, as they would be by two
+people's suites on one machine. The Spark smoke suites of
 ``tests/spark_versions/run`` (a virtualenv per pyspark version) are not part of a round.
 
 Prints, per round, each run's outcome (pytest's summary line), its wall time and the load

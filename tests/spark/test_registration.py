@@ -1,7 +1,7 @@
 """The ``deltastream`` format in sessions that never called ``register``: README's install
 lines, each run as written in a fresh virtualenv, leave Spark able to find the installed
-``pyspark_deltastream`` package's ``DefaultSource`` itself, in a classic session and through
-Spark Connect.
+``pyspark_deltastream`` package's ``DefaultSource`` itself: in a classic session after each
+line, and through Spark Connect after the copied install (``CHECK``).
 
 Spark (≥ 4.0) looks for Python data sources once per JVM, in a Python worker that lists
 ``pkgutil.iter_modules()``: the packages of ``sys.path``'s directories. An editable install
