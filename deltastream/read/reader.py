@@ -212,6 +212,9 @@ class _Column:
     arrow_type: pa.DataType
     file_name: str | None = None
     partition_key: str | None = None
+    #: The column is read as is when the file's data has ``arrow_type`` (not a variant,
+    #: whose binary encoding is rebuilt whatever the file's type).
+    plain: bool = True
 
 
 @dataclass(frozen=True)
@@ -228,10 +231,16 @@ class _Layout:
     file_names: tuple[str, ...]
     #: Those of them that are plain strings or binaries (candidates for dictionary decoding).
     binary_names: frozenset[str]
+    #: The parquet leaf columns that hold ``file_names`` (what the reader is asked for).
+    leaves: tuple[int, ...]
 
     @classmethod
     def build(
-        cls, schema: ReadSchema, file_fields: list[pa.Field[Any]], error: Callable[[str], Exception]
+        cls,
+        schema: ReadSchema,
+        file_fields: list[pa.Field[Any]],
+        leaf_paths: list[list[str]],
+        error: Callable[[str], Exception],
     ) -> _Layout:
         table = schema.table_schema
         columns: list[_Column] = []
@@ -251,39 +260,56 @@ class _Layout:
                 columns.append(_Column(f, arrow_type))
                 continue
             file_name = file_fields[idx].name
-            columns.append(_Column(f, arrow_type, file_name=file_name))
+            columns.append(
+                _Column(f, arrow_type, file_name=file_name, plain=not is_variant(f.type))
+            )
             names.append(file_name)
             if _is_plain_binary(f.type):
                 binary.add(file_name)
-        present = {f.name for f in file_fields}
+        present = [f.name for f in file_fields]
         for name, t in schema.file_columns:
-            if name not in present:
+            if present.count(name) != 1:
+                how = "no" if name not in present else "more than one"
                 raise error(
-                    f"unexpected schema: it has no {name!r} column "
+                    f"unexpected schema: it has {how} {name!r} column "
                     f"(columns: {', '.join(sorted(present)) or 'none'})"
                 )
             names.append(name)
             if _is_binary_like(t):
                 binary.add(name)
-        return cls(tuple(columns), tuple(dict.fromkeys(names)), frozenset(binary))
+        # Each name read is the only top-level column of that exact name (found so above).
+        read = dict.fromkeys(names)
+        leaves = tuple(i for i, path in enumerate(leaf_paths) if path[0] in read)
+        return cls(tuple(columns), tuple(read), frozenset(binary), leaves)
 
 
 class Layouts:
-    """The layout of the last file schema seen, for files read one after another (by one
-    thread): consecutive files of a table nearly always share their parquet schema."""
+    """The layouts of the last few file schemas seen, for files read one after another (by
+    one thread): consecutive files of a table nearly always share their parquet schema, and
+    a run of change-data files and data files alternates between two."""
+
+    _KEPT = 4
 
     def __init__(self) -> None:
-        self._last: tuple[ReadSchema, pa.Schema, _Layout] | None = None
+        self._recent: list[tuple[ReadSchema, pa.Schema, _Layout]] = []
 
     def get(
-        self, schema: ReadSchema, file_schema: pa.Schema, error: Callable[[str], Exception]
+        self,
+        schema: ReadSchema,
+        reader: pq.ParquetReader,
+        file_schema: pa.Schema,
+        error: Callable[[str], Exception],
     ) -> _Layout:
-        last = self._last
         # Field metadata counts: it carries the parquet field ids column mapping matches by.
-        if last is not None and last[0] is schema and last[1].equals(file_schema, True):
-            return last[2]
-        layout = _Layout.build(schema, list(file_schema), error)
-        self._last = (schema, file_schema, layout)
+        # (The same Arrow schema comes from the same parquet leaves.)
+        for known, known_file_schema, layout in self._recent:
+            if known is schema and known_file_schema.equals(file_schema, True):
+                return layout
+        # Each leaf's path as its list of names (pyarrow-stubs call it a list of strings).
+        leaf_paths = cast(list[list[str]], reader.column_paths)
+        layout = _Layout.build(schema, list(file_schema), leaf_paths, error)
+        self._recent.insert(0, (schema, file_schema, layout))
+        del self._recent[self._KEPT :]
         return layout
 
 
@@ -300,28 +326,28 @@ class FileReader:
     ) -> None:
         self.source, self.task, self.schema = source, task, schema
         try:
-            # Column chunks are read whole, one at a time (no pre-buffering of a whole row
-            # group, no small buffered reads): the fastest way through local and ranged files,
-            # with memory bounded by one column chunk per file in flight.
-            self.pf = pq.ParquetFile(handle, pre_buffer=False, coerce_int96_timestamp_unit="us")
+            # pyarrow's reader itself, not pq.ParquetFile: its Python set-up (column paths,
+            # path normalisation) cost about as much per file as decoding a small file's
+            # columns, under the GIL. Column chunks are read whole, one at a time (no
+            # pre-buffering of a whole row group, no small buffered reads): the fastest way
+            # through local and ranged files, with memory bounded by one column chunk per
+            # file in flight.
+            self.reader = _open_parquet(handle)
+            self.metadata = self.reader.metadata
+            file_schema = self.reader.schema_arrow
         except (pa.ArrowException, OSError, ValueError) as e:
             raise self.error(f"not a readable parquet file: {e}") from None
-        self.num_rows = self.pf.metadata.num_rows
+        self.num_rows = self.metadata.num_rows
         self._check_selection()
-        file_schema = self.pf.schema_arrow
-        self.layout = (layouts or Layouts()).get(schema, file_schema, self.error)
+        self.layout = (layouts or Layouts()).get(schema, self.reader, file_schema, self.error)
         # Columns read as the table's string or binary types may be decoded as dictionaries.
-        if self.layout.binary_names:
+        if self.layout.binary_names and self.num_rows >= _DICTIONARY_MIN_VALUES:
             dictionary = _dictionary_columns(
-                self.pf.metadata, self.layout.binary_names, list(file_schema)
+                self.metadata, self.layout.binary_names, list(file_schema)
             )
             if dictionary:
-                self.pf = pq.ParquetFile(
-                    handle,
-                    metadata=self.pf.metadata,
-                    read_dictionary=dictionary,
-                    pre_buffer=False,
-                    coerce_int96_timestamp_unit="us",
+                self.reader = _open_parquet(
+                    handle, metadata=self.metadata, read_dictionary=dictionary
                 )
 
     def error(self, problem: str) -> DataFileError:
@@ -338,7 +364,9 @@ class FileReader:
 
     def _row_groups(self) -> list[tuple[int, int]]:
         """The row groups to read, with the file row number each starts at."""
-        metadata = self.pf.metadata
+        metadata = self.metadata
+        if self.task.split is None and metadata.num_row_groups == 1:
+            return [(0, 0)]
         groups: list[tuple[int, int]] = []
         first_row = 0
         for rg in range(metadata.num_row_groups):
@@ -364,19 +392,19 @@ class FileReader:
 
     def _raw_batches(self) -> Iterator[tuple[int, pa.RecordBatch]]:
         """The file's batches, each with the file row number it starts at."""
-        columns = list(self.layout.file_names)
+        leaves = list(self.layout.leaves)
         for rg, first_row in self._row_groups():
             start = first_row
-            if columns:
+            if leaves:
                 # One thread per file: files are decoded in parallel by read_files instead.
-                for raw in self.pf.iter_batches(
-                    batch_size=BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False
+                for raw in self.reader.iter_batches(
+                    BATCH_ROWS, row_groups=[rg], column_indices=leaves, use_threads=False
                 ):
                     yield start, raw
                     start += raw.num_rows
                 continue
             # Only partition columns or nulls: the rows still have to be counted.
-            remaining = self.pf.metadata.row_group(rg).num_rows
+            remaining = self.metadata.row_group(rg).num_rows
             while remaining > 0:
                 n = min(BATCH_ROWS, remaining)
                 yield start, _empty(n)
@@ -386,13 +414,14 @@ class FileReader:
     def batches(self) -> Iterator[pa.RecordBatch]:
         schema = self.schema
         out_schema = schema.output_schema
+        fixed = _FileConstants(self)
         try:
             for start, raw in self._raw_batches():
                 n = raw.num_rows
                 selection = _selection(self.task, start, n)
                 if selection is not None and not pc.any(selection).as_py():
                     continue
-                yield from self._convert(raw, n, selection, out_schema)
+                yield from self._convert(raw, n, selection, out_schema, fixed)
         except (pa.ArrowException, OSError) as e:
             raise self.error(f"cannot decode: {e}") from None
 
@@ -402,6 +431,7 @@ class FileReader:
         n: int,
         selection: pa.BooleanArray | None,
         out_schema: pa.Schema,
+        fixed: _FileConstants,
     ) -> Iterator[pa.RecordBatch]:
         schema = self.schema
         arrays: list[pa.Array[Any]] = []
@@ -410,17 +440,14 @@ class FileReader:
             f = column.field
             names.append(f.name)
             if column.partition_key is not None:
-                raw_value = self.task.partition_values.get(column.partition_key)
-                try:
-                    value = partition_column(raw_value, f.type, f.name, n)
-                except InvalidTableStateError as e:
-                    # Name the file (and version) whose add action holds the value.
-                    raise self.error(str(e)) from None
-                arrays.append(value)
+                arrays.append(fixed.partition(column, n))
             elif column.file_name is None:
                 arrays.append(_nulls(n, column.arrow_type))
             else:
-                data = raw.column(raw.schema.get_field_index(column.file_name))
+                data = raw.column(column.file_name)
+                if column.plain and data.type == column.arrow_type:
+                    arrays.append(data)
+                    continue
                 try:
                     arrays.append(conform(data, f.type, schema.mode, f.name))
                 except _TypeMismatchError:
@@ -431,21 +458,22 @@ class FileReader:
                 except MalformedVariantError as e:
                     raise self.error(f"column {f.name!r}: malformed variant: {e}") from None
         for name, t in schema.file_columns:
-            data = raw.column(raw.schema.get_field_index(name))
-            try:
-                arrays.append(data.cast(t))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise self.error(
-                    f"unexpected schema: column {name!r} is {data.type}: {e}"
-                ) from None
+            data = raw.column(name)
+            if data.type != t:
+                try:
+                    data = data.cast(t)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise self.error(
+                        f"unexpected schema: column {name!r} is {data.type}: {e}"
+                    ) from None
+            arrays.append(data)
             names.append(name)
         row_filter = None if self.task.all_match else schema.row_filter
         exact = len(arrays) + len(schema.constant_fields) == len(out_schema)
         if selection is None and row_filter is None and exact:
             # The common case: every row, columns already in output order (none read only
             # for a filter).
-            for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
-                arrays.append(repeated(value, constant.type, n))
+            arrays += fixed.constants(n)
             yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
             return
         table = pa.Table.from_arrays(arrays, names=names)
@@ -454,20 +482,73 @@ class FileReader:
         if row_filter is not None and table.num_rows:
             # The filter may name the constants (the change feed's _commit_version…): they
             # are columns by the time it runs.
-            for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
-                table = table.append_column(constant, repeated(value, constant.type, len(table)))
+            for constant, array in zip(
+                schema.constant_fields, fixed.constants(len(table)), strict=True
+            ):
+                table = table.append_column(constant, array)
             table = table.filter(row_filter)
         if table.num_rows == 0:
             return
         keep = [*schema.columns, *(name for name, _ in schema.file_columns)]
         keep += [c.name for c in schema.constant_fields]
         table = table.select([c for c in keep if c in table.column_names])
-        for value, constant in zip(self.task.constants, schema.constant_fields, strict=True):
-            if constant.name not in table.column_names:
-                table = table.append_column(constant, repeated(value, constant.type, len(table)))
+        missing = [c.name not in table.column_names for c in schema.constant_fields]
+        if any(missing):
+            arrays = fixed.constants(len(table))
+            for constant, array, absent in zip(
+                schema.constant_fields, arrays, missing, strict=True
+            ):
+                if absent:
+                    table = table.append_column(constant, array)
         if table.schema != out_schema:
             table = table.cast(out_schema)
         yield from table.to_batches(max_chunksize=BATCH_ROWS)
+
+
+class _FileConstants:
+    """The columns that hold one value in every row of a file (partition values and the
+    read's constants), made once per file at the file's longest batch and sliced for each
+    batch: most files are read as one batch, but a large one would otherwise make them
+    again for each."""
+
+    def __init__(self, reader: FileReader) -> None:
+        self._reader = reader
+        self._partitions: dict[str, pa.Array[Any]] = {}
+        self._constants: list[pa.Array[Any]] | None = None
+        self._length = min(reader.num_rows, BATCH_ROWS)
+
+    def partition(self, column: _Column, n: int) -> pa.Array[Any]:
+        key = column.partition_key
+        assert key is not None
+        found = self._partitions.get(key)
+        if found is None or len(found) < n:
+            f = column.field
+            raw_value = self._reader.task.partition_values.get(key)
+            try:
+                found = partition_column(raw_value, f.type, f.name, max(n, self._length))
+            except InvalidTableStateError as e:
+                # Name the file (and version) whose add action holds the value.
+                raise self._reader.error(str(e)) from None
+            self._partitions[key] = found
+        return found if len(found) == n else found.slice(0, n)
+
+    def constants(self, n: int) -> list[pa.Array[Any]]:
+        made = self._constants
+        if made is None or (made and len(made[0]) < n):
+            length = max(n, self._length)
+            reader = self._reader
+            fields = reader.schema.constant_fields
+            made = self._constants = [
+                repeated(value, constant.type, length)
+                for value, constant in zip(reader.task.constants, fields, strict=True)
+            ]
+        return [a if len(a) == n else a.slice(0, n) for a in made]
+
+
+def _open_parquet(handle: pa.NativeFile, **options: Any) -> pq.ParquetReader:
+    reader = pq.ParquetReader()
+    reader.open(handle, pre_buffer=False, coerce_int96_timestamp_unit="us", **options)
+    return reader
 
 
 def _is_binary_like(t: pa.DataType) -> bool:
@@ -486,20 +567,27 @@ def _is_plain_binary(t: DataType) -> bool:
     return not is_variant(t) and _is_binary_like(to_arrow_type(t))
 
 
-#: A dictionary page this small cannot have overflowed into plain pages (writers fall back
-#: at about 1 MiB).
-_SMALL_DICTIONARY = 64 * 1024
+#: A dictionary page is worth decoding through when it holds at most this many bytes per
+#: value of its column chunk: the values repeat. Mostly distinct values (random strings, say)
+#: make a dictionary of several bytes per value, and decoding indices and then gathering
+#: every value back into a plain array costs more than decoding the values plainly: on a
+#: table of such strings in small files, dictionaries chosen by size alone (any page under
+#: 64 KiB) made the reader's CPU 1.29x what this rule gives. And a chunk of fewer values than
+#: ``_DICTIONARY_MIN_VALUES`` is decoded plainly: the file opened again to ask for the
+#: dictionary and the cast back cost more than decoding a few thousand values.
+_DICTIONARY_BYTES_PER_VALUE = 1
+_DICTIONARY_MIN_VALUES = 16_384
 
 
 def _small_dictionary(chunk: pq.ColumnChunkMetaData) -> bool:
-    """Whether a column chunk is dictionary-encoded with a dictionary page that is small next
-    to the chunk: few distinct values, and no fallback to plain pages (writers fall back
-    once the dictionary outgrows its limit, so a small dictionary page rules that out)."""
+    """Whether a column chunk of many values is dictionary-encoded with a dictionary page
+    that is small next to its number of values (few distinct values)."""
     if not chunk.has_dictionary_page or chunk.dictionary_page_offset is None:
         return False
     dictionary_bytes = chunk.data_page_offset - chunk.dictionary_page_offset
-    return 0 < dictionary_bytes <= _SMALL_DICTIONARY or (
-        dictionary_bytes > 0 and dictionary_bytes * 4 <= chunk.total_compressed_size
+    values = chunk.num_values
+    return values >= _DICTIONARY_MIN_VALUES and 0 < dictionary_bytes <= values * (
+        _DICTIONARY_BYTES_PER_VALUE
     )
 
 

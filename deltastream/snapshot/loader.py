@@ -52,7 +52,13 @@ from deltastream.snapshot.timestamps import (
 from deltastream.snapshot.validate import validate_snapshot
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["load_snapshot", "load_table_state", "read_log_files", "resolve_version_at"]
+__all__ = [
+    "chunk_log_files",
+    "load_snapshot",
+    "load_table_state",
+    "read_log_files",
+    "resolve_version_at",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +68,7 @@ _COMMIT_CHUNK = 512
 _CHUNK_BYTES = 64 << 20
 
 
-def _chunks(files: Sequence[LogFile]) -> list[Sequence[LogFile]]:
+def chunk_log_files(files: Sequence[LogFile]) -> list[Sequence[LogFile]]:
     """``files`` cut into runs of at most :data:`_COMMIT_CHUNK` files and (unless one file is
     larger) :data:`_CHUNK_BYTES` bytes: fetched and parsed together, held together."""
     chunks: list[Sequence[LogFile]] = []
@@ -85,7 +91,7 @@ async def read_log_files(store: ObjectStore, files: Sequence[LogFile]) -> list[L
         if f.size > limit:
             check_json_log_size(store.uri_for(f.key), f.size)
     out: list[LogActions] = []
-    for chunk in _chunks(files):
+    for chunk in chunk_log_files(files):
         try:
             datas = await store.get_many([f.key for f in chunk])
         except ObjectNotFoundError as e:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,25 @@ def test_partition_values_and_constants_come_from_the_scan(
     assert first["_change_type"] == "delete" and first["_commit_version"] == 0
     assert got[0][1].column("part").null_count == 3  # null and "" are both null
     assert got[1][1].column("part").null_count == 4
+
+
+def test_files_over_the_scan_size_are_read_by_the_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only small files are scanned (FileReader costs less CPU on larger ones): a file of
+    more bytes than ``_SCAN_FILE`` is read by the reader, the smaller ones around it
+    scanned, with the same rows."""
+    reads = []
+    for i in range(6):
+        rows = _rows(2_000 if i == 3 else 5, first=10_000 * i)
+        task = _write(tmp_path, f"f{i}.parquet", rows, partition_values={"day": "2024-01-01"})
+        reads.append((replace(task, constants=("insert", 7, 0)), PARTITIONED))
+    big = reads[3][0].size
+    assert big is not None and all(r.size < big for r, _ in reads if r is not reads[3][0])
+    monkeypatch.setattr(pipeline, "_SCAN_FILE", big - 1)
+    got, reader_files = _both(tmp_path, reads, monkeypatch)
+    assert reader_files == 1
+    assert [len(t) for _, t in got] == [5, 5, 5, 2_000, 5, 5]
 
 
 def test_change_data_files_carry_their_change_type(

@@ -211,6 +211,30 @@ def test_reader_streams_batches(tmp_path: Path) -> None:
     assert sum(sizes) == 200_000 and len(sizes) > 1 and max(sizes) <= 65_536
 
 
+def test_a_file_of_several_batches_has_its_constants_in_each(tmp_path: Path) -> None:
+    """Partition values and the change columns are made once per file and sliced for each
+    of its batches: a file of more rows than a batch holds gives them in every batch, the
+    last (shorter) one included."""
+    path = str(tmp_path / "t")
+    n = 150_000
+    data = sample(n).set_column(1, "country", pa.array(["NL"] * n))
+    write_deltalake(
+        path,
+        data,
+        partition_by=["country"],
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    batches = list(ds.read_changes(path, start_version=0))
+    assert [b.num_rows for b in batches] == [65_536, 65_536, n - 2 * 65_536]
+    for batch in batches:
+        assert pc.all(pc.equal(batch.column("country"), "NL")).as_py()
+        assert pc.all(pc.equal(batch.column("_change_type"), "insert")).as_py()
+        assert pc.all(pc.equal(batch.column("_commit_version"), 0)).as_py()
+        assert batch.column("_commit_timestamp").null_count == 0
+    ids = pa.concat_arrays([b.column("id") for b in batches])
+    assert ids.to_pylist() == list(range(n))
+
+
 def test_unknown_column_and_bad_filter(partitioned: str) -> None:
     with pytest.raises(ds.InvalidArgumentError, match="no column 'nope'"):
         ds.read_rows(partitioned, columns=["nope"])
@@ -304,7 +328,7 @@ def test_dictionary_encoded_strings_read_as_plain_strings(tmp_path: Path) -> Non
             "many": pa.array(many, pa.string()),
         }
     )
-    pq.write_table(data, tmp_path / "f.parquet", row_group_size=20_000)
+    pq.write_table(data, tmp_path / "f.parquet", row_group_size=25_000)
     chunk = pq.ParquetFile(tmp_path / "f.parquet").metadata.row_group(0)
     assert chunk.column(0).has_dictionary_page and chunk.column(2).has_dictionary_page
     fields = ",".join(
@@ -327,3 +351,63 @@ def test_dictionary_encoded_strings_read_as_plain_strings(tmp_path: Path) -> Non
         [("few", pa.string()), ("raw", pa.binary()), ("many", pa.string())]
     )
     assert got.equals(data)
+
+
+def test_columns_are_picked_by_their_leaves(tmp_path: Path) -> None:
+    """The reader asks parquet for the leaf columns under each column it reads: a name with
+    a dot is one column (not a struct's field), a struct brings all its leaves, and the
+    columns left out are not decoded into the output."""
+    data = pa.table(
+        {
+            "a.b": pa.array([1, 2], pa.int64()),
+            "a": pa.array([{"b": 10, "c": "x"}, {"b": 20, "c": "y"}]),
+            "skip": pa.array(["p", "q"]),
+            "z": pa.array([1.5, 2.5]),
+        }
+    )
+    pq.write_table(data, tmp_path / "f.parquet")
+
+    def fields(*pairs: tuple[str, str]) -> str:
+        return ",".join(
+            f'{{"name":"{name}","type":{kind},"nullable":true,"metadata":{{}}}}'
+            for name, kind in pairs
+        )
+
+    children = fields(("b", '"long"'), ("c", '"string"'))
+    struct = f'{{"type":"struct","fields":[{children}]}}'
+    schema_string = fields(
+        ("a.b", '"long"'), ("a", struct), ("skip", '"string"'), ("z", '"double"')
+    )
+    w = lb.LogWriter(tmp_path)
+    metadata = lb.metadata(partition_columns=())
+    metadata["metaData"]["schemaString"] = f'{{"type":"struct","fields":[{schema_string}]}}'
+    size = (tmp_path / "f.parquet").stat().st_size
+    w.commit(0, lb.protocol(), metadata, lb.add("f.parquet", part=None, size=size))
+    got = ds.read_rows(str(tmp_path), columns=["z", "a.b", "a"]).read_all()
+    assert got.column_names == ["z", "a.b", "a"]
+    assert got.to_pylist() == [
+        {"z": 1.5, "a.b": 1, "a": {"b": 10, "c": "x"}},
+        {"z": 2.5, "a.b": 2, "a": {"b": 20, "c": "y"}},
+    ]
+
+
+def test_distinct_strings_are_decoded_plainly(tmp_path: Path) -> None:
+    """A column of mostly distinct strings has a dictionary of several bytes per value: it
+    is decoded plainly (a dictionary would only be gathered back), while a column of few
+    values in the same file goes through its dictionary; in a file of few rows neither
+    does (opening the file again for it costs more than it saves)."""
+    n = 20_000
+    data = pa.table(
+        {
+            "distinct": pa.array([f"{i * 7919 % 100_003:06d}-name" for i in range(n)]),
+            "few": pa.array([["NL", "FR", "JP"][i % 3] for i in range(n)]),
+        }
+    )
+    from deltastream.read.reader import _dictionary_columns
+
+    for rows, expected in ((n, ["few"]), (3_000, [])):
+        pq.write_table(data.slice(0, rows), tmp_path / "f.parquet")
+        pf = pq.ParquetFile(tmp_path / "f.parquet")
+        assert all(pf.metadata.row_group(0).column(i).has_dictionary_page for i in (0, 1))
+        chosen = _dictionary_columns(pf.metadata, {"distinct", "few"}, list(pf.schema_arrow))
+        assert chosen == expected, rows
