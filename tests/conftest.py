@@ -256,6 +256,55 @@ def s3_bucket(s3_server: S3Server) -> S3Bucket:
     return S3Bucket(s3_server, name)
 
 
+def overflow_queue(directory: Path) -> None:
+    """Queue more inotify events than the kernel keeps (a create and a close per file), so
+    that a watch on ``directory`` loses events: call it while the event loop does not run."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    for i in range(limit // 2 + 100):
+        (directory / f"{i}.tmp").write_bytes(b"")
+
+
+@pytest.fixture(scope="module")
+def sqs(s3_server: S3Server) -> Any:
+    """A synchronous boto3 SQS client on moto's server, for set-up and inspection."""
+    import boto3
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=s3_server.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=S3_CREDENTIALS["aws_access_key_id"],
+        aws_secret_access_key=S3_CREDENTIALS["aws_secret_access_key"],
+    )
+
+
+@pytest.fixture
+def queue(sqs: Any) -> str:
+    """A fresh queue per test: a closed feed's long poll may still hold moto's attention."""
+    url: str = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    return url
+
+
+def notify(s3: Any, sqs: Any, bucket: str, queue_url: str | None) -> None:
+    """Have S3 (moto) send the bucket's ObjectCreated events to the queue, as on AWS (to
+    none: stop sending them). ``s3``: a boto3 S3 client."""
+    configurations = []
+    if queue_url is not None:
+        arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+        queue_arn = arn["Attributes"]["QueueArn"]
+        configurations = [{"QueueArn": queue_arn, "Events": ["s3:ObjectCreated:*"]}]
+    s3.put_bucket_notification_configuration(
+        Bucket=bucket, NotificationConfiguration={"QueueConfigurations": configurations}
+    )
+
+
+@pytest.fixture
+def notified_bucket(s3_bucket: S3Bucket, sqs: Any, queue: str) -> str:
+    """A bucket whose ObjectCreated events go to ``queue``."""
+    notify(s3_bucket.server.client(), sqs, s3_bucket.name, queue)
+    return s3_bucket.name
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
     """A PostgreSQL server for the session (no skip: without PostgreSQL the tests fail)."""

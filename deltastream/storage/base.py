@@ -103,6 +103,11 @@ class ChangeFeed(AsyncClosable, ABC):
         is closed or has failed; a failed feed never wakes again, so open a new one (or poll).
         """
 
+    def take_lapse(self) -> str | None:
+        """Why the feed may have missed changes since this was last asked (events it lost),
+        or ``None``. A feed that lapses also wakes its waiter, so that the caller lists."""
+        return None
+
 
 class SignalledChangeFeed(ChangeFeed):
     """A feed whose producer (a thread or a task beside it) reports to the event loop:
@@ -116,6 +121,7 @@ class SignalledChangeFeed(ChangeFeed):
         #: The watched directory, for messages.
         self.uri = uri
         self._pending = False
+        self._lapsed: str | None = None
         self._error: tuple[str, BaseException | None] | None = None
         self._closed = False
         self._event = anyio.Event()
@@ -127,6 +133,16 @@ class SignalledChangeFeed(ChangeFeed):
     def _signal(self) -> None:
         self._pending = True
         self._event.set()
+
+    def _lapse(self, reason: str) -> None:
+        """Events were lost (say why): wake the waiter, and report it once asked."""
+        if self._lapsed is None:
+            self._lapsed = reason
+        self._signal()
+
+    def take_lapse(self) -> str | None:
+        reason, self._lapsed = self._lapsed, None
+        return reason
 
     def _fail(self, problem: str, cause: BaseException | None = None) -> None:
         if self._error is None:

@@ -11,8 +11,9 @@ A feed wakes for files created in, renamed into, or closed after writing in its 
 (not subdirectories, not deletions), a few milliseconds after the first such event so that a
 burst of them (a create, then the write that closes it) wakes it once. Removing or renaming
 the directory fails its feeds (inotify would then watch nothing there, even if the directory
-is created again). If the kernel's event queue overflows, every feed wakes: a feed may wake
-for nothing, never sleep through a change it saw.
+is created again). If the kernel's event queue overflows, every feed lapses (wakes, and says
+so to :meth:`~deltastream.storage.base.ChangeFeed.take_lapse`): a feed may wake for nothing,
+never sleep through a change it saw.
 """
 
 from __future__ import annotations
@@ -125,9 +126,11 @@ class SharedInotify:
             return
         for event in events:
             if event.mask & flags.Q_OVERFLOW:
-                # Events were lost: wake everyone rather than miss a commit.
+                # Events were lost: every feed lapses (it wakes, and its watcher lists and
+                # distrusts it for a while) rather than miss a commit.
                 for feeds in self._feeds.values():
-                    self._due.update(feeds)
+                    for feed in feeds:
+                        feed._lapse("the inotify event queue overflowed: events were lost")
                 continue
             watching = self._feeds.get(event.wd)
             if not watching:

@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import anyio
 import pytest
+from conftest import overflow_queue
 from storage_contract import Harness, StoreContract, collect
 
 from deltastream.errors import (
@@ -590,17 +591,10 @@ async def test_two_feeds_on_one_directory(tmp_path: Path) -> None:
             await fa.wait()
 
 
-def overflow_queue(directory: Path) -> None:
-    """Queue more events than the kernel keeps (a create and a close per file)."""
-    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-    for i in range(limit // 2 + 100):
-        (directory / f"{i}.tmp").write_bytes(b"")
-
-
 @pytest.mark.anyio
 async def test_a_lost_event_queue_wakes_every_feed(tmp_path: Path) -> None:
-    """When the kernel's queue overflows (events were dropped), every feed wakes: a feed may
-    wake for nothing but never sleeps through a change."""
+    """When the kernel's queue overflows (events were dropped), every feed lapses: it wakes
+    (it may wake for nothing but never sleeps through a change) and says why, once."""
     busy, quiet = tmp_path / "busy", tmp_path / "quiet"
     for d in (busy, quiet):
         (d / "_delta_log").mkdir(parents=True)
@@ -610,3 +604,6 @@ async def test_a_lost_event_queue_wakes_every_feed(tmp_path: Path) -> None:
         overflow_queue(busy / "_delta_log")  # the event loop does not run meanwhile
         assert await wakes(fq, 1)
         assert await wakes(fb, 1)
+        for feed in (fq, fb):
+            assert feed.take_lapse() == "the inotify event queue overflowed: events were lost"
+            assert feed.take_lapse() is None

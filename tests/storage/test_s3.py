@@ -26,6 +26,7 @@ from urllib.parse import quote, quote_plus, urlsplit
 import aiohttp
 import anyio
 import pytest
+from conftest import notify
 from faultproxy import FaultProxy
 from storage_contract import Harness, StoreContract, byte_order, collect
 
@@ -924,46 +925,6 @@ async def test_async_with_closes_the_store_on_error(fresh_store: Callable[[], S3
 # -------------------------------------------------------------------- change feeds (SQS)
 
 LOG_KEY = f"{PREFIX}/_delta_log/{{:020d}}.json"
-
-
-@pytest.fixture(scope="module")
-def sqs(s3_server: Any) -> Any:
-    """A synchronous boto3 SQS client on moto's server, for set-up and inspection."""
-    import boto3
-
-    return boto3.client(
-        "sqs",
-        endpoint_url=s3_server.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=CREDENTIALS["aws_access_key_id"],
-        aws_secret_access_key=CREDENTIALS["aws_secret_access_key"],
-    )
-
-
-@pytest.fixture
-def queue(sqs: Any) -> str:
-    """A fresh queue per test: a closed feed's long poll may still hold moto's attention."""
-    url: str = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex[:12]}")["QueueUrl"]
-    return url
-
-
-def notify(boto: Any, sqs: Any, bucket: str, queue_url: str) -> None:
-    """Have S3 (moto) send the bucket's ObjectCreated events to the queue, as on AWS."""
-    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
-    boto.put_bucket_notification_configuration(
-        Bucket=bucket,
-        NotificationConfiguration={
-            "QueueConfigurations": [
-                {"QueueArn": arn["Attributes"]["QueueArn"], "Events": ["s3:ObjectCreated:*"]}
-            ]
-        },
-    )
-
-
-@pytest.fixture
-def notified_bucket(s3_bucket: Any, boto: Any, sqs: Any, queue: str) -> str:
-    notify(boto, sqs, s3_bucket.name, queue)
-    return str(s3_bucket.name)
 
 
 def messages_left(sqs: Any, queue_url: str) -> int:

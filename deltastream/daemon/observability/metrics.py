@@ -155,6 +155,11 @@ class TableMetrics:
     #: them; see :attr:`retrying_since`.
     retry_run_started: float | None = None
     last_retry_monotonic: float | None = None
+    #: Times the table's change feed lapsed (lost events, failed, or missed a version;
+    #: :mod:`~deltastream.daemon.stream.watcher`), and whether it is trusted now (listings
+    #: only a safety net); ``None`` before the stream followed the table.
+    feed_lapses: int = 0
+    feed_trusted: bool | None = None
     #: Seconds of each poll (one LIST of the log), over every run of the stream.
     poll_duration: Histogram = field(default_factory=lambda: Histogram(POLL_DURATION_BUCKETS))
     #: Seconds of each sink write the sink acknowledged (its own retries included).

@@ -149,6 +149,21 @@ _SCALARS = (
         lambda m, now: m.sink_retries,
     ),
     _Scalar(
+        "deltastream_change_feed_lapses_total",
+        "counter",
+        "Times the table's change feed (notifications) lapsed: it lost events, failed, or "
+        "missed a version a listing found; each makes the stream list every poll_interval "
+        "until the feed has gone safety_poll_interval without a lapse.",
+        lambda m, now: m.feed_lapses,
+    ),
+    _Scalar(
+        "deltastream_change_feed_trusted",
+        "gauge",
+        "1 while the table's change feed is open and trusted (the log is listed every "
+        "safety_poll_interval), 0 otherwise (every poll_interval).",
+        lambda m, now: 1.0 if m.feed_trusted else 0.0,
+    ),
+    _Scalar(
         "deltastream_sink_failures_total",
         "counter",
         "Deliveries that failed (the sink raised; the stream then restarts or stops).",

@@ -148,7 +148,8 @@ class ServiceConfig:
         a slow poll or a large delivery is no false alarm."""
         if self.stuck_after_seconds is not None:
             return self.stuck_after_seconds
-        return max(120.0, 10 * tail.poll_interval)
+        # An idle stream whose change feed is trusted lists the log once a safety interval.
+        return max(120.0, 10 * tail.poll_interval, 2 * tail.safety_poll_interval)
 
 
 class Service:

@@ -38,6 +38,7 @@ from deltastream.daemon.delivery import (
 )
 from deltastream.daemon.sinks.exec import EXEC_TIMEOUT
 from deltastream.daemon.sinks.http import HTTP_TIMEOUT, resolve_http_headers
+from deltastream.daemon.stream.watcher import DEFAULT_SAFETY_POLL_INTERVAL
 from deltastream.errors import InvalidArgumentError
 from deltastream.sizes import parse_size
 from deltastream.snapshot.timestamps import parse_timestamp
@@ -369,6 +370,16 @@ class TailConfig:
         ),
     ] = None
     poll_interval: Annotated[Seconds, Option("--poll-interval", "seconds between polls")] = 1.0
+    #: With a change feed the stream trusts (notifications), listing the log is only a
+    #: safety net, this often (:mod:`~deltastream.daemon.stream.watcher`).
+    safety_poll_interval: Annotated[
+        Seconds,
+        Option(
+            "--safety-poll-interval",
+            "seconds between polls while notifications are trusted (they wake the stream "
+            "at once; after a lapse, --poll-interval until trusted again)",
+        ),
+    ] = DEFAULT_SAFETY_POLL_INTERVAL
     #: Each poll moves by up to ± this fraction of the gap between the polls of the
     #: process's tables (of the whole interval when it follows one table): polls are spread
     #: evenly over the interval (:mod:`~deltastream.daemon.stream.poll_schedule`).
@@ -573,6 +584,7 @@ class TailOptions(TypedDict, total=False):
     columns: Sequence[str] | None
     where: str | None
     poll_interval: float
+    safety_poll_interval: float
     notifications: bool
     on_schema_change: OnSchemaChange | str
     on_missing_versions: OnMissingVersions | str

@@ -432,8 +432,10 @@ class Tailer:
         watcher = LogWatcher(
             self._store,
             poll_interval=self.config.poll_interval,
+            safety_poll_interval=self.config.safety_poll_interval,
             jitter=self.config.poll_jitter,
             notifications=self.config.notifications,
+            name=self.config.name,
         )
         self.metrics.status = "following"
         async with watcher:
@@ -460,6 +462,8 @@ class Tailer:
             await self._guard.check(listing, next_version)
             commits = listing.commits()
             if any(v >= next_version for v in commits):
+                watcher.arrived(f for v, f in commits.items() if v >= next_version)
+                m.feed_lapses, m.feed_trusted = watcher.stats.lapses, watcher.trusted
                 m.last_seen_version = max(m.last_seen_version, max(commits))
                 first = commits.get(next_version)
                 m.oldest_undelivered_ms = first.last_modified_ms if first else None
@@ -471,6 +475,7 @@ class Tailer:
                 if not self.stopping:
                     await watcher.sleep()
             self._sleep_scope = None
+            m.feed_lapses, m.feed_trusted = watcher.stats.lapses, watcher.trusted
         return None
 
     async def _contiguous_commits(self, listing: LogListing, next_version: int) -> list[LogFile]:
