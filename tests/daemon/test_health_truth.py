@@ -148,11 +148,15 @@ async def test_a_stream_hung_in_any_phase_is_reported_stuck(
     assert table["status"] == phase
 
 
-def test_the_stuck_threshold_defaults_to_the_larger_of_120_s_and_10_polls() -> None:
+def test_the_stuck_threshold_defaults_to_the_larger_of_120_s_10_polls_and_2_safety_polls() -> None:
+    """An idle stream lists its log once a poll interval, or once a safety interval while
+    its change feed is trusted: neither is stuck."""
     quick = TailConfig(name="a", uri="/a", state="/s", poll_interval=1)
     slow = TailConfig(name="b", uri="/b", state="/t", poll_interval=30)
-    config = ServiceConfig(streams=(StreamConfig(quick, "jsonl:-"), StreamConfig(slow, "x")))
-    assert (config.stuck_after(quick), config.stuck_after(slow)) == (120, 300)
+    trusting = TailConfig(name="c", uri="/c", state="/u", safety_poll_interval=300)
+    streams = tuple(StreamConfig(t, "jsonl:-") for t in (quick, slow, trusting))
+    config = ServiceConfig(streams=streams)
+    assert [config.stuck_after(t) for t in (quick, slow, trusting)] == [120, 300, 600]
     assert ServiceConfig(streams=(), stuck_after_seconds=5).stuck_after(slow) == 5
 
 

@@ -46,6 +46,8 @@ BAD_VALUES = [
     ("poll_interval", 0, "must be a positive number of seconds"),
     ("poll_interval", -1, "must be a positive number of seconds"),
     ("poll_interval", True, "must be a positive number of seconds"),
+    ("safety_poll_interval", 0, "must be a positive number of seconds"),
+    ("safety_poll_interval", math.nan, "must be a positive number of seconds"),
     ("max_rows_per_delivery", 1.9, "must be a whole number >= 1"),
     ("max_rows_per_delivery", 0, "must be a whole number >= 1"),
     ("max_rows_per_delivery", -5, "must be a whole number >= 1"),
@@ -107,6 +109,7 @@ def test_defaults_are_the_same_everywhere(api_config: Any) -> None:
     defaults = TailConfig(name="t", uri="/t", state="/s")
     assert toml_config() == cli_config() == api_config() == defaults
     assert defaults.mode is Mode.SNAPSHOT_AND_FOLLOW and defaults.start == StartFrom()
+    assert defaults.safety_poll_interval == 60.0
     assert (defaults.poll_interval, defaults.notifications, defaults.infer_without_cdf) == (
         1.0,
         True,
@@ -136,6 +139,7 @@ def test_every_option_given_everywhere_is_the_same(api_config: Any) -> None:
         storage_options={"region": "eu-west-1"},
         columns=["id"],
         poll_interval=2,
+        safety_poll_interval=30,
         notifications=False,
         on_missing_file="skip",
         infer_without_cdf=True,
@@ -151,6 +155,7 @@ def test_every_option_given_everywhere_is_the_same(api_config: Any) -> None:
         "--storage-option=region=eu-west-1",
         "--columns=id",
         "--poll-interval=2",
+        "--safety-poll-interval=30",
         "--no-notifications",
         "--on-missing-file=skip",
         "--infer-without-cdf",
@@ -165,6 +170,7 @@ def test_every_option_given_everywhere_is_the_same(api_config: Any) -> None:
         storage_options={"region": "eu-west-1"},
         columns=["id"],
         poll_interval=2,
+        safety_poll_interval=30,
         notifications=False,
         on_missing_file=OnMissingFile.SKIP,
         infer_without_cdf=True,
@@ -176,6 +182,7 @@ def test_every_option_given_everywhere_is_the_same(api_config: Any) -> None:
     assert toml == cli == python
     assert toml.start == StartFrom(version=3) and toml.columns == ("id",)
     assert isinstance(toml.poll_interval, float) and toml.poll_interval == 2.0
+    assert toml.safety_poll_interval == 30.0
 
 
 # --- wrong values ----------------------------------------------------------------------------

@@ -13,7 +13,8 @@
     max_restarts = 3             # ... or restarted more often than this
     restart_window_seconds = 600 # ... within this many seconds
     # stuck_after_seconds = 300  # /healthz 503 "stuck" after this long without progress
-                                 # (unset: max(120 s, 10 poll intervals) per stream)
+                                 # (unset: max(120 s, 10 poll intervals,
+                                 #  2 safety poll intervals) per stream)
 
     [defaults]                   # any table key; applies to every table that does not set it
     state_dir = "/var/lib/deltastream"  # a table's state defaults to <state_dir>/<name>

@@ -14,11 +14,11 @@ is doing its job. A stream is *degraded* when it failed for good, when it has be
 ``degraded_after_seconds`` with no successful poll or delivery since, or when it restarted
 more than ``max_restarts`` times within ``restart_window_seconds``; *stuck* when, in any
 phase (starting, snapshot, following), it has made no progress for ``stuck_after_seconds``
-(default: max(120 s, 10 poll intervals)) and no retry explains it: no successful poll or
-delivery, nor a new phase begun (a sink that never returns, a command that hangs without a
-timeout). Either makes the service unhealthy, as does stopping. Liveness (``/livez``) is
-only whether the process still serves HTTP: a down sink must not get the process restarted
-in a loop.
+(default: max(120 s, 10 poll intervals, 2 safety poll intervals)) and no retry explains it:
+no successful poll or delivery, nor a new phase begun (a sink that never returns, a command
+that hangs without a timeout). Either makes the service unhealthy, as does stopping.
+Liveness (``/livez``) is only whether the process still serves HTTP: a down sink must not
+get the process restarted in a loop.
 
 :meth:`Service.stop` (wired to SIGTERM and SIGINT by the CLI) asks every stream to stop at
 its next delivery boundary; streams still busy after the grace period are cancelled, which
@@ -106,7 +106,8 @@ class ServiceConfig:
     max_restarts: int = 3
     restart_window_seconds: float = 600.0
     #: A running stream without progress for this many seconds, with no retry to explain
-    #: it, is stuck (``None``: max(120 s, 10 of its poll intervals); see :meth:`stuck_after`).
+    #: it, is stuck (``None``: max(120 s, 10 poll intervals, 2 safety poll intervals); see
+    #: :meth:`stuck_after`).
     stuck_after_seconds: float | None = None
 
     def __post_init__(self) -> None:
