@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,11 @@ import pytest
 from conftest import S3_CREDENTIALS, S3Bucket, notify, overflow_queue
 from deltalake import write_deltalake
 from faultproxy import FaultProxy
-from tailing import Collector, batch, create_table, eventually
+from tailing import Collector, batch, create_table, eventually, follow_stream
 
 from deltastream.daemon.observability.metrics_exposition import StreamCollector
-from deltastream.daemon.stream.config import Mode, StartFrom
 from deltastream.daemon.stream.poll_schedule import PollSlots
-from deltastream.daemon.stream.tailer import TailConfig, Tailer
+from deltastream.daemon.stream.tailer import Tailer
 from deltastream.daemon.stream.watcher import LogWatcher
 from deltastream.storage import LocalStore, ObjectStore, open_store
 
@@ -284,15 +284,8 @@ async def test_a_stream_delivers_through_a_lapse_and_counts_it(tmp_path: Path) -
     stream's metrics and the feed is no longer trusted; the metrics say so to Prometheus."""
     uri = str(tmp_path / "t")
     create_table(uri)
-    config = TailConfig(
-        name="t",
-        uri=uri,
-        state=str(tmp_path / "state"),
-        mode=Mode.FOLLOW,
-        start=StartFrom(version=0),
-        poll_interval=30,
-        safety_poll_interval=60,
-    )
+    stream = follow_stream(tmp_path, "t", uri)
+    config = replace(stream.tail, poll_interval=30, safety_poll_interval=60)
     rows = Collector()
     tailer = Tailer(config, rows.sink())
     async with anyio.create_task_group() as tg:
