@@ -21,9 +21,10 @@ from tailing import (
 )
 
 from deltastream.daemon.delivery import Delivery, Position
+from deltastream.daemon.service import supervisor
 from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import CallbackSink
-from deltastream.daemon.stream.tailer import TailConfig
+from deltastream.daemon.stream.tailer import TailConfig, Tailer
 from deltastream.errors import InvalidArgumentError
 
 
@@ -126,6 +127,84 @@ async def test_stop_is_prompt_while_waiting_for_commits(tmp_path: Path) -> None:
         with anyio.fail_after(2):
             service.stop()
             await eventually(lambda: service.metrics["t"].status == "stopped")
+
+
+@pytest.mark.anyio
+async def test_streams_start_a_few_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many streams a service runs, at most ``STARTING_STREAMS`` are in their
+    start-up (loading state and table) at once; each still delivers its table."""
+    monkeypatch.setattr(supervisor, "STARTING_STREAMS", 2)
+    running = peak = 0
+    original = Tailer._start
+
+    async def counted(self: Tailer) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            await anyio.sleep(0.05)  # long enough for the others to pile up, if allowed
+            await original(self)
+        finally:
+            running -= 1
+
+    monkeypatch.setattr(Tailer, "_start", counted)
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    names = [f"s{i}" for i in range(7)]
+    config = ServiceConfig(
+        streams=tuple(follow_stream(tmp_path, name, uri) for name in names), http_address=None
+    )
+    collectors = {name: Collector() for name in names}
+    service = Service(config, sinks={n: c.sink() for n, c in collectors.items()})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await eventually(lambda: all(len(c.rows) == 10 for c in collectors.values()))
+        service.stop()
+    assert peak == 2
+
+
+@pytest.mark.anyio
+async def test_a_stream_waiting_for_its_turn_to_start_is_not_stuck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stream may start at a time and the first takes longer than the stuck threshold:
+    the second, waiting for its turn, is not reported stuck; the first, starting without
+    progress, is."""
+    monkeypatch.setattr(supervisor, "STARTING_STREAMS", 1)
+    release = anyio.Event()
+    original = Tailer._start
+    first: list[str] = []
+
+    async def slow_first(self: Tailer) -> None:
+        first.append(self.config.name)
+        if len(first) == 1:
+            await release.wait()
+        await original(self)
+
+    monkeypatch.setattr(Tailer, "_start", slow_first)
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    config = ServiceConfig(
+        streams=(follow_stream(tmp_path, "a", uri), follow_stream(tmp_path, "b", uri)),
+        http_address=None,
+        stuck_after_seconds=0.3,
+    )
+    collectors = {"a": Collector(), "b": Collector()}
+    service = Service(config, sinks={n: c.sink() for n, c in collectors.items()})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await eventually(lambda: len(first) == 1)
+        other = "b" if first == ["a"] else "a"
+        await eventually(lambda: service.metrics[other].waiting_to_start)
+        await anyio.sleep(0.5)
+        _, health = service.health()
+        assert health["stuck"] == first
+        release.set()
+        await eventually(lambda: all(len(c.rows) == 10 for c in collectors.values()))
+        assert not service.metrics[other].waiting_to_start
+        service.stop()
 
 
 def test_config_rejects_shared_state_and_duplicate_names(tmp_path: Path) -> None:

@@ -160,6 +160,9 @@ class TableMetrics:
     #: only a safety net); ``None`` before the stream followed the table.
     feed_lapses: int = 0
     feed_trusted: bool | None = None
+    #: Waiting for the service to let the stream start (a few streams start at once): not
+    #: progress, but not being stuck either.
+    waiting_to_start: bool = False
     #: Seconds of each poll (one LIST of the log), over every run of the stream.
     poll_duration: Histogram = field(default_factory=lambda: Histogram(POLL_DURATION_BUCKETS))
     #: Seconds of each sink write the sink acknowledged (its own retries included).

@@ -57,6 +57,9 @@ __all__ = ["Service", "ServiceConfig", "StreamConfig", "single_stream"]
 
 log = logging.getLogger(__name__)
 
+#: Streams of one service in their start-up (loading their state and the table) at once.
+STARTING_STREAMS = 64
+
 #: Restart delays: :func:`~deltastream.storage.retry.backoff_delay` from 1 s, capped at 60 s.
 _BACKOFF_BASE = 1.0
 _MAX_BACKOFF = 60.0
@@ -170,6 +173,7 @@ class Service:
         self.config = config
         self._log_failures = log_failures
         self._sinks = dict(sinks or {})
+        self._starts: anyio.CapacityLimiter | None = None
         self._progress = progress
         self.metrics: dict[str, TableMetrics] = {
             s.tail.name: TableMetrics(s.tail.name, s.tail.uri) for s in config.streams
@@ -210,6 +214,9 @@ class Service:
                 summaries = StreamSummaries(self.metrics, self._positions)
                 outer.start_soon(summaries.run, self.config.log_summary_interval)
             task_status.started()
+            # Streams start a few at a time: ten thousand starting at once would each open
+            # their files and read their table together (file descriptors, memory, LISTs).
+            self._starts = anyio.CapacityLimiter(STARTING_STREAMS)
             async with anyio.create_task_group() as streams:
                 for stream in self.config.streams:
                     streams.start_soon(self._supervise, stream)
@@ -250,7 +257,13 @@ class Service:
             started = time.monotonic()
             try:
                 sink = self._make_sink(stream)
-                tailer = Tailer(stream.tail, sink, metrics=metrics, progress=self._progress)
+                tailer = Tailer(
+                    stream.tail,
+                    sink,
+                    metrics=metrics,
+                    progress=self._progress,
+                    starts=self._starts,
+                )
                 self.tailers[name] = tailer
                 if self.stopping:
                     tailer.stop()
@@ -362,7 +375,7 @@ class Service:
             # Retries explain a stream's silence; only an unexplained one is "stuck", in
             # whichever phase it is (a hang in the snapshot is as bad as one when following).
             quiet = now - m.last_progress_monotonic > self.config.stuck_after(s.tail)
-            if m.running and quiet and m.retrying_since is None:
+            if m.running and quiet and m.retrying_since is None and not m.waiting_to_start:
                 stuck.append(name)
         if self.stopping:
             status = "stopping"

@@ -112,8 +112,11 @@ class Tailer:
         *,
         metrics: TableMetrics | None = None,
         progress: Progress | None = None,
+        starts: anyio.CapacityLimiter | None = None,
     ) -> None:
         self.config = config
+        #: Shared by the streams of a service: how many may be in their start-up at once.
+        self._starts = starts
         self.sink = sink
         self.metrics = metrics or TableMetrics(config.name, config.uri)
         self.progress = progress
@@ -182,7 +185,7 @@ class Tailer:
             self._states = StateStore(state_store)
             self._follower = TableFollower(store, cfg, self.progress, remedy=self._remedy)
             try:
-                await self._start()
+                await self._bounded_start()
                 if self._committed.position.snapshot:
                     await self._watching_the_table(self._snapshot_phase)
                 if cfg.mode is not Mode.SNAPSHOT:
@@ -219,6 +222,25 @@ class Tailer:
         )
 
     # ------------------------------------------------------------------ start-up
+
+    async def _bounded_start(self) -> None:
+        """:meth:`_start` once the service lets this stream start. A stream waiting for its
+        turn is not stuck: its starting phase begins when the turn comes."""
+        if self._starts is None:
+            await self._start()
+            return
+        self.metrics.waiting_to_start = True
+        try:
+            await self._starts.acquire()
+        finally:
+            self.metrics.waiting_to_start = False
+        try:
+            if self.stopping:
+                raise Stopped
+            self.metrics.status_since = time.monotonic()
+            await self._start()
+        finally:
+            self._starts.release()
 
     async def _start(self) -> None:
         cfg = self.config
