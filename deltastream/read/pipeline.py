@@ -217,9 +217,8 @@ def _scan_run(
         while i < len(reads):
             read = reads[i]
             size = read.task.size
-            if read.schema is not plan.schema or size is None or size > _SCAN_FILE:
-                break
-            if not plan.takes(read.task):
+            small = size is not None and size <= _SCAN_FILE
+            if read.schema is not plan.schema or not small or not plan.takes(read.task):
                 break
             try:
                 handle = read.store.open_file_blocking(read.key, read.task.size)

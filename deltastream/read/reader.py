@@ -227,11 +227,10 @@ class _Layout:
 
     #: The logical read columns, void ones dropped, in output order.
     columns: tuple[_Column, ...]
-    #: The file's columns to decode, each once.
-    file_names: tuple[str, ...]
-    #: Those of them that are plain strings or binaries (candidates for dictionary decoding).
+    #: The file's columns to decode that are plain strings or binaries (candidates for
+    #: dictionary decoding).
     binary_names: frozenset[str]
-    #: The parquet leaf columns that hold ``file_names`` (what the reader is asked for).
+    #: The parquet leaf columns of the file's columns to decode (what the reader asks for).
     leaves: tuple[int, ...]
 
     @classmethod
@@ -280,7 +279,7 @@ class _Layout:
         # Each name read is the only top-level column of that exact name (found so above).
         read = dict.fromkeys(names)
         leaves = tuple(i for i, path in enumerate(leaf_paths) if path[0] in read)
-        return cls(tuple(columns), tuple(read), frozenset(binary), leaves)
+        return cls(tuple(columns), frozenset(binary), leaves)
 
 
 class Layouts:
@@ -340,7 +339,8 @@ class FileReader:
         self.num_rows = self.metadata.num_rows
         self._check_selection()
         self.layout = (layouts or Layouts()).get(schema, self.reader, file_schema, self.error)
-        # Columns read as the table's string or binary types may be decoded as dictionaries.
+        # Columns read as the table's string or binary types may be decoded as dictionaries
+        # (never in a file too short for any chunk to qualify: its metadata is not walked).
         if self.layout.binary_names and self.num_rows >= _DICTIONARY_MIN_VALUES:
             dictionary = _dictionary_columns(
                 self.metadata, self.layout.binary_names, list(file_schema)

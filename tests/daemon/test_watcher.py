@@ -238,8 +238,9 @@ async def test_a_quiet_queue_is_caught_by_the_safety_listing(
         started = time.monotonic()
         with anyio.fail_after(10):
             await w.sleep()  # no notification: the safety interval's timer
-        assert w.stats.wakeups == 1
-        assert time.monotonic() - started <= 1.0 + 1.0  # within the safety interval
+        assert w.stats.wakeups == 1  # the timer's, not a notification
+        # The safety interval's timer (1 s), not SQS's 20 s long poll coming back empty.
+        assert time.monotonic() - started < 5.0
         listing = await w.poll(1)
         assert versions(listing, 1) == [1]
         w.arrived(f for v, f in listing.commits().items() if v >= 1)

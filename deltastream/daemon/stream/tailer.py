@@ -483,9 +483,11 @@ class Tailer:
             # Nothing of a listing is used before it shows the table is still the one read.
             await self._guard.check(listing, next_version)
             commits = listing.commits()
-            if any(v >= next_version for v in commits):
-                watcher.arrived(f for v, f in commits.items() if v >= next_version)
-                m.feed_lapses, m.feed_trusted = watcher.stats.lapses, watcher.trusted
+            new = [f for v, f in commits.items() if v >= next_version]
+            watcher.arrived(new)
+            # Lapses seen by the sleep before this listing, or by the listing itself.
+            m.feed_lapses, m.feed_trusted = watcher.stats.lapses, watcher.trusted
+            if new:
                 m.last_seen_version = max(m.last_seen_version, max(commits))
                 first = commits.get(next_version)
                 m.oldest_undelivered_ms = first.last_modified_ms if first else None
@@ -497,7 +499,6 @@ class Tailer:
                 if not self.stopping:
                     await watcher.sleep()
             self._sleep_scope = None
-            m.feed_lapses, m.feed_trusted = watcher.stats.lapses, watcher.trusted
         return None
 
     async def _contiguous_commits(self, listing: LogListing, next_version: int) -> list[LogFile]:

@@ -101,8 +101,8 @@ class LogWatcher(AsyncClosable):
         self._slot: PollSlot | None = None
         #: Monotonic time from which the feed is trusted (its last lapse + a safety interval).
         self._trusted_from = 0.0
-        #: Whether the feed was trusted when it last lapsed or regained trust (for logging
-        #: each change once).
+        #: Whether the last thing logged of the feed is that it is trusted (each change of
+        #: trust is logged once).
         self._announced_trust = True
         #: Whether the last sleep ended on the timer (not woken by the feed), and whether the
         #: listing after it is to be checked for versions the feed never announced.
@@ -138,9 +138,9 @@ class LogWatcher(AsyncClosable):
             self.stats.total_poll_seconds += elapsed
 
     def arrived(self, commits: Iterable[LogFile]) -> None:
-        """Tell the watcher a listing found these new commits (versions not yet delivered,
-        each new since the previous listing). If the feed should have announced one of them
-        and did not, it lapses."""
+        """Tell the watcher what a listing found: the commits of versions not yet delivered
+        (none, often). If the feed should have announced one of them and did not, it
+        lapses."""
         check, self._check_arrivals = self._check_arrivals, False
         if not check or not self.trusted:
             return  # woken by the feed (it did announce), or listing at poll_interval anyway
