@@ -4,6 +4,7 @@ written after the committed position) and a fresh sink recovering from the commi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import hashlib
@@ -328,6 +329,116 @@ async def test_jsonl_reset_discards_the_output(tmp_path: Path) -> None:
     assert not path.exists() and not marker_of(path).exists()
     async with JsonlSink(path) as sink:
         await sink.recover(REF, None, {})
+
+
+def open_descriptors(*paths: Path) -> dict[Path, int]:
+    """How many of this process's file descriptors are open on each of ``paths``."""
+    resolved = {path.resolve(): path for path in paths}  # what the links name
+    count = dict.fromkeys(paths, 0)
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # the directory's own descriptor is gone by now
+            target = Path(os.readlink(fd))
+            if target in resolved:
+                count[resolved[target]] += 1
+    return count
+
+
+async def test_jsonl_holds_one_descriptor_the_markers_lock(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    marker = marker_of(path)
+    async with JsonlSink(path) as sink:
+        await sink.recover(REF, None, {})
+        assert open_descriptors(path, marker) == {path: 0, marker: 1}
+        await sink.deliver(D1)
+        assert open_descriptors(path, marker) == {path: 0, marker: 1}
+        await sink.deliver(EMPTY)
+        assert open_descriptors(path, marker) == {path: 0, marker: 1}
+    assert open_descriptors(path, marker) == {path: 0, marker: 0}
+    assert read_jsonl(path) == rows_of(D1)
+
+
+def reset_hint(path: Path) -> str:
+    return f"deltastream reset --state {REF.state_uri} --sink jsonl:{path} --name orders"
+
+
+async def test_jsonl_refuses_to_deliver_to_a_file_replaced_since_recovery(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        await sink.recover(REF, None, {})
+        state = await sink.deliver(D1)
+        original, marked = path.read_bytes(), marker_of(path).read_bytes()
+        os.link(path, tmp_path / "kept.jsonl")
+        replacement = b'{"someone": "else"}\n' * 100  # longer: a truncation would show
+        (tmp_path / "other.jsonl").write_bytes(replacement)
+        os.replace(tmp_path / "other.jsonl", path)
+        with pytest.raises(SinkRecoveryError) as caught:
+            await sink.deliver(D2)
+        assert str(caught.value) == (
+            f"{path}: was replaced by another file behind the stream's back, after "
+            f"{state['bytes']} bytes were committed to it; nothing was written. Restore the "
+            f"file, or to discard the stream's output and start over: {reset_hint(path)}"
+        )
+        assert path.read_bytes() == replacement
+        assert (tmp_path / "kept.jsonl").read_bytes() == original
+        assert marker_of(path).read_bytes() == marked  # no delivery was started
+        # With the file restored, the stream recovers it again and goes on.
+        os.replace(tmp_path / "kept.jsonl", path)
+        await sink.recover(REF, D1.end, state)
+        await sink.deliver(D2)
+    assert read_jsonl(path) == rows_of(D1, D2)
+
+
+async def test_jsonl_refuses_to_deliver_to_a_file_removed_since_recovery(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        await sink.recover(REF, None, {})
+        state = await sink.deliver(D1)
+        marked = marker_of(path).read_bytes()
+        path.unlink()
+        with pytest.raises(SinkRecoveryError) as caught:
+            await sink.deliver(D2)
+        assert str(caught.value).startswith(
+            f"{path}: was removed behind the stream's back, after {state['bytes']} bytes "
+            "were committed to it; nothing was written."
+        )
+        assert reset_hint(path) in str(caught.value)
+        assert not path.exists()
+        assert marker_of(path).read_bytes() == marked
+    assert names(tmp_path) == []
+
+
+async def test_jsonl_refuses_to_deliver_to_a_file_truncated_or_rewritten_since_recovery(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as sink:
+        await sink.recover(REF, None, {})
+        state = await sink.deliver(D1)
+        size, original = state["bytes"], path.read_bytes()
+        # The same inode (a file recreated at the path may get the old one's number).
+        with path.open("r+b") as f:
+            f.truncate(10)
+        with pytest.raises(SinkRecoveryError) as caught:
+            await sink.deliver(D2)
+        assert str(caught.value).startswith(
+            f"{path}: was truncated to 10 bytes behind the stream's back, after {size} bytes "
+            "were committed to it; nothing was written."
+        )
+        assert path.read_bytes() == original[:10]
+        rewritten = b"x" * (size - 1) + b"\n" + b"past the committed size\n"
+        path.write_bytes(rewritten)  # in place: truncated and written
+        with pytest.raises(SinkRecoveryError) as caught:
+            await sink.deliver(D2)
+        assert str(caught.value).startswith(
+            f"{path}: was rewritten or replaced (its bytes before the committed size differ) "
+            f"behind the stream's back, after {size} bytes were committed to it; nothing was "
+            "written."
+        )
+        assert path.read_bytes() == rewritten  # not truncated to the committed size
 
 
 async def test_jsonl_stdout_is_at_least_once_and_flushed(

@@ -48,7 +48,10 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
 * ``jsonl:PATH`` commits ``{"bytes": size, "tail": digest}`` (the size, and a fingerprint of
   the 4 KiB before it). ``recover`` checks that the file is the one committed (not shorter,
   same fingerprint), and truncates it to the committed size only if the marker shows that the
-  bytes past it are the delivery that started at the committed position and size.
+  bytes past it are the delivery that started at the committed position and size. The file is
+  open only then and while a delivery is appended: each delivery first checks that the file
+  at the path is still the one recovered, its committed bytes intact, and one removed,
+  replaced or truncated meanwhile raises :class:`~deltastream.errors.SinkRecoveryError`.
 * ``parquet:DIR`` names each file by the stream's name, its version range and its start
   position (``{table}-{from:020d}-{to:020d}-{start token}.parquet``; the name sorts in stream
   order) and writes it to a hidden temporary file that is fsynced and renamed into place.

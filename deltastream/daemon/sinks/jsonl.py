@@ -1,5 +1,11 @@
 """The ``jsonl:PATH`` sink (exactly-once: appends, fsyncs, commits the size and a
 fingerprint of the file's end) and ``jsonl:-`` (standard output, at-least-once).
+
+A ``jsonl:PATH`` stream holds one file descriptor for as long as it runs: its ownership
+marker's lock (:mod:`~deltastream.daemon.sinks.marker`). The output file itself is opened
+only while the stream recovers it and while it appends a delivery, then closed: a daemon
+following thousands of tables, each into its own file, would otherwise hold two descriptors
+per table and run into the process's limit (``ulimit -n``) at half the table count.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ import hashlib
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -18,7 +25,7 @@ import anyio.to_thread
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import Delivery, Guarantee, Position, Sink, StreamRef
 from deltastream.daemon.sinks.common import SPEC_FORMS, _reset_hint, _writing, log
-from deltastream.daemon.sinks.marker import OutputMarker
+from deltastream.daemon.sinks.marker import Intent, OutputMarker
 from deltastream.errors import (
     InvalidArgumentError,
     OutputClosedError,
@@ -45,6 +52,19 @@ def _read_tail(f: IO[bytes], size: int) -> bytes:
     return f.read(size - start)
 
 
+def _cannot_open(path: Path, error: OSError) -> StorageError:
+    return StorageError(str(path), f"cannot open for appending: {error.strerror or error}")
+
+
+@dataclass(frozen=True)
+class _Recovered:
+    """What :meth:`JsonlSink.recover` found: the stream, and the identity
+    (``(st_dev, st_ino)``) of the file it recovered, which every delivery checks."""
+
+    stream: StreamRef
+    identity: tuple[int, int]
+
+
 class JsonlSink(Sink):
     """Appends one JSON object per row to a file (``jsonl:PATH``), or writes them to
     standard output (``jsonl:-``). Values follow :mod:`deltastream.output`'s conventions.
@@ -55,6 +75,12 @@ class JsonlSink(Sink):
     past the committed size, after checking that the file is the one the state describes
     (see :mod:`deltastream.daemon.sinks`). Standard output is at-least-once: it is flushed
     after each delivery, but what was written cannot be taken back.
+
+    A file stream holds one descriptor while it runs, the marker's lock; the file is opened
+    for :meth:`recover` and for each delivery, and closed after (see the module's docstring).
+    A delivery first checks that the file at the path is still the one recovered, with the
+    committed bytes: one removed, replaced or truncated behind the stream's back raises
+    :class:`~deltastream.errors.SinkRecoveryError` and nothing is written or truncated.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -65,7 +91,8 @@ class JsonlSink(Sink):
         #: ``None`` for standard output.
         self.path: Path | None = None if text == "-" else Path(text).expanduser()
         self.guarantee: Guarantee = "at-least-once" if self.path is None else "exactly-once"
-        self._file: IO[bytes] | None = None
+        #: ``None`` until :meth:`recover` succeeds, and again after a reset or :meth:`aclose`.
+        self._recovered: _Recovered | None = None
         self._size = 0
         self._tail = b""
         self._marker: OutputMarker | None = None
@@ -96,54 +123,61 @@ class JsonlSink(Sink):
         state: Mapping[str, Any],
     ) -> None:
         assert self._marker is not None
-        self._close_file()
+        self._recovered = None
         intent = self._marker.acquire(stream)
         try:
             try:
                 existed = path.exists()
-                f = open(path, "r+b" if existed else "w+b")  # noqa: SIM115 (kept open)
+                f = open(path, "r+b" if existed else "w+b")  # noqa: SIM115 (closed below)
             except OSError as e:
-                problem = f"cannot open for appending: {e.strerror or e}"
-                raise StorageError(str(path), problem) from e
-            try:
-                size = os.fstat(f.fileno()).st_size
-                keep = self._committed_size(path, f, size, stream, committed, state)
-                if size > keep:
-                    if (
-                        committed is None
-                        or intent is None
-                        or not intent.proves(stream.name, committed, keep)
-                    ):
-                        raise SinkRecoveryError(
-                            str(path),
-                            f"holds {size - keep} bytes after the {keep} committed (at "
-                            f"{committed}) in {stream.state_uri} that the stream cannot prove "
-                            "it wrote after that commit (is the state older than the output?); "
-                            "nothing was touched. Restore the stream's latest state, or "
-                            + _reset_hint(stream, self._spec),
-                        )
-                    log.warning(
-                        "%s: discarding %d bytes of the delivery from %s that was not committed "
-                        "(keeping %d)",
-                        path,
-                        size - keep,
-                        committed,
-                        keep,
+                raise _cannot_open(path, e) from e
+            with f:
+                stat = os.fstat(f.fileno())
+                keep = self._committed_size(path, f, stat.st_size, stream, committed, state)
+                if stat.st_size > keep:
+                    self._discard_uncommitted(
+                        path, f, stat.st_size, keep, stream, committed, intent
                     )
-                    f.truncate(keep)
-                    os.fsync(f.fileno())
                 if not existed:
                     fsync_path(path.parent)
-                self._tail = _read_tail(f, keep)
-                f.seek(keep)
-            except BaseException:
-                f.close()
-                raise
+                tail = _read_tail(f, keep)
             self._marker.record(None)
         except BaseException:
             self._marker.release()
             raise
-        self._file, self._size = f, keep
+        self._size, self._tail = keep, tail
+        self._recovered = _Recovered(stream, (stat.st_dev, stat.st_ino))
+
+    def _discard_uncommitted(
+        self,
+        path: Path,
+        f: IO[bytes],
+        size: int,
+        keep: int,
+        stream: StreamRef,
+        committed: Position | None,
+        intent: Intent | None,
+    ) -> None:
+        """Truncate ``f`` to the committed ``keep`` bytes if the marker's ``intent`` proves
+        that the bytes past them are the delivery that started at ``committed``."""
+        if committed is None or intent is None or not intent.proves(stream.name, committed, keep):
+            raise SinkRecoveryError(
+                str(path),
+                f"holds {size - keep} bytes after the {keep} committed (at "
+                f"{committed}) in {stream.state_uri} that the stream cannot prove "
+                "it wrote after that commit (is the state older than the output?); "
+                "nothing was touched. Restore the stream's latest state, or "
+                + _reset_hint(stream, self._spec),
+            )
+        log.warning(
+            "%s: discarding %d bytes of the delivery from %s that was not committed (keeping %d)",
+            path,
+            size - keep,
+            committed,
+            keep,
+        )
+        f.truncate(keep)
+        os.fsync(f.fileno())
 
     def _committed_size(
         self,
@@ -195,36 +229,85 @@ class JsonlSink(Sink):
                 await anyio.to_thread.run_sync(self._write_stdout, delivery)
                 crash_point("sink.after-write")
             return {}
-        if self._file is None:
+        recovered = self._recovered
+        if recovered is None:
             raise RuntimeError(f"{self._spec}: recover() must be called before deliver()")
         if delivery.num_rows:
             with _writing(self.path):
-                await anyio.to_thread.run_sync(self._append, self._file, delivery)
+                await anyio.to_thread.run_sync(self._append, self.path, recovered, delivery)
         return {"bytes": self._size, "tail": _tail_digest(self._tail)}
 
-    def _append(self, f: IO[bytes], delivery: Delivery) -> None:
-        """Append the delivery (nothing is committed if this raises: the next attempt
-        truncates what it left)."""
+    def _append(self, path: Path, recovered: _Recovered, delivery: Delivery) -> None:
+        """Append the delivery to the file recovered (nothing is committed if this raises:
+        the next attempt truncates what it left)."""
         assert self._marker is not None
-        # A failed earlier attempt may have left bytes past the last delivered size.
-        if os.fstat(f.fileno()).st_size != self._size:
-            f.truncate(self._size)
-        self._marker.record(delivery.start, self._size)
-        f.seek(self._size)
-        written = 0
-        tail = self._tail
-        for batch in delivery.batches:
-            if batch.num_rows:
-                data = "".join(line + "\n" for line in batch_to_json_lines(batch)).encode()
-                f.write(data)
-                written += len(data)
-                tail = (tail + data)[-_TAIL_BYTES:]
-        f.flush()
-        crash_point("sink.after-write")
-        os.fsync(f.fileno())
-        crash_point("sink.after-fsync")
+        f = self._open_recovered(path, recovered)
+        try:
+            # A failed earlier attempt may have left bytes past the last delivered size.
+            if os.fstat(f.fileno()).st_size != self._size:
+                f.truncate(self._size)
+            self._marker.record(delivery.start, self._size)
+            f.seek(self._size)
+            written = 0
+            tail = self._tail
+            for batch in delivery.batches:
+                if batch.num_rows:
+                    data = "".join(line + "\n" for line in batch_to_json_lines(batch)).encode()
+                    f.write(data)
+                    written += len(data)
+                    tail = (tail + data)[-_TAIL_BYTES:]
+            f.flush()
+            crash_point("sink.after-write")
+            os.fsync(f.fileno())
+            crash_point("sink.after-fsync")
+        finally:
+            # What is still buffered is the rest of a delivery whose write failed (a full
+            # disk): never committed, so dropping it is right, and closing must not fail on
+            # it (that would hide the error naming the file). The descriptor is closed
+            # either way.
+            with contextlib.suppress(OSError):
+                f.close()
         self._size += written
         self._tail = tail
+
+    def _open_recovered(self, path: Path, recovered: _Recovered) -> IO[bytes]:
+        """Open ``path`` for a delivery, after checking that it is still the file
+        :meth:`recover` checked, with the committed bytes; if not, raise
+        :class:`SinkRecoveryError` having written and truncated nothing.
+
+        Strictly better than holding the file open from recovery on, as this sink once did:
+        a file removed or renamed behind the stream's back then went on taking the appends,
+        silently, into an unlinked inode (the rows lost) or a file no longer at the path.
+        Nothing is truncated, because the file now at the path may be someone else's output;
+        the bytes are checked as well as the inode, because a file recreated at the path may
+        get the old inode's number."""
+        try:
+            f = open(path, "r+b")  # noqa: SIM115 (closed by the caller)
+        except FileNotFoundError as e:
+            raise self._changed(path, recovered, "was removed") from e
+        except OSError as e:
+            raise _cannot_open(path, e) from e
+        try:
+            stat = os.fstat(f.fileno())
+            if (stat.st_dev, stat.st_ino) != recovered.identity:
+                raise self._changed(path, recovered, "was replaced by another file")
+            if stat.st_size < self._size:
+                raise self._changed(path, recovered, f"was truncated to {stat.st_size} bytes")
+            if _read_tail(f, self._size) != self._tail:
+                problem = "was rewritten or replaced (its bytes before the committed size differ)"
+                raise self._changed(path, recovered, problem)
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+    def _changed(self, path: Path, recovered: _Recovered, what: str) -> SinkRecoveryError:
+        return SinkRecoveryError(
+            str(path),
+            f"{what} behind the stream's back, after {self._size} bytes were committed to it; "
+            "nothing was written. Restore the file, or "
+            + _reset_hint(recovered.stream, self._spec),
+        )
 
     def _write_stdout(self, delivery: Delivery) -> None:
         try:
@@ -267,7 +350,7 @@ class JsonlSink(Sink):
         if path is None or marker is None:
             yield
             return
-        self._close_file()
+        self._recovered = None
         await anyio.to_thread.run_sync(self._claim_for_reset, path, marker, stream)
         try:
             yield
@@ -280,7 +363,7 @@ class JsonlSink(Sink):
             return []
 
         def discard() -> list[str]:
-            self._close_file()
+            self._recovered = None
             self._claim_for_reset(path, marker, stream)
             removed = []
             try:
@@ -296,17 +379,7 @@ class JsonlSink(Sink):
 
         return await anyio.to_thread.run_sync(discard)
 
-    def _close_file(self) -> None:
-        f, self._file = self._file, None
-        if f is not None:
-            # What is still buffered is the rest of a delivery whose write failed (a full
-            # disk): never committed, so dropping it is right, and closing must not fail on
-            # it (that would hide the error naming the file, and keep the marker locked).
-            # The descriptor is closed either way.
-            with contextlib.suppress(OSError):
-                f.close()
-
     async def aclose(self) -> None:
-        self._close_file()
+        self._recovered = None
         if self._marker is not None:
             self._marker.release()
