@@ -309,13 +309,17 @@ class ObjectStore(AsyncClosable, ABC):
         policy: RetryPolicy,
         transient: Callable[[BaseException], str | None],
         logger: logging.Logger,
+        on_retry: Callable[[], None] | None = None,
     ) -> T:
         """``op()`` through the shared retry loop
         (:func:`~deltastream.storage.retry.call_with_retries`), each retry counted in
-        :attr:`stats` and reported to :attr:`retry_listener` (or logged on ``logger``)."""
+        :attr:`stats`, reported to :attr:`retry_listener` (or logged on ``logger``) and then
+        to ``on_retry``."""
 
         def count_retry() -> None:
             self.stats.retries += 1
+            if on_retry is not None:
+                on_retry()
 
         return await call_with_retries(
             op,

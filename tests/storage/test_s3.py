@@ -1108,8 +1108,14 @@ async def test_sqs_feed_retries_like_every_request(
             feed = await store.watch("_delta_log/")
             assert feed is not None
             sqs.send_message(QueueUrl=queue, MessageBody=event(s3_bucket.name, LOG_KEY.format(0)))
+            # The first failed receive already wakes the feed, as a lapse: the answer of a
+            # failed receive may have carried messages that are now invisible for a while.
             assert await wakes(feed, 5)
+            assert await emptied(sqs, queue)  # the third attempt took the message
             assert store.stats.retries == 2
+            assert feed.take_lapse() == (
+                f"an SQS ReceiveMessage from {queue} failed and is being retried"
+            )
             assert [s.outcome for s in proxy.seen][:2] == ["slowdown", "internal"]
             assert all(s.method == "POST" for s in proxy.seen)  # SQS, not S3
 

@@ -85,7 +85,13 @@ class FeedStore(Protocol):
     def full_key(self, key: str) -> str: ...
 
     async def sqs_request(
-        self, uri: str, what: str, op: Callable[[Any], Awaitable[T]], *, operation: str
+        self,
+        uri: str,
+        what: str,
+        op: Callable[[Any], Awaitable[T]],
+        *,
+        operation: str,
+        on_retry: Callable[[], None] | None = None,
     ) -> T: ...
 
 
@@ -143,8 +149,9 @@ class _QueueReader:
     to the last (a cancelled :meth:`~SqsChangeFeed.wait` cancels no request, so no received
     message is lost), wakes the feeds each message concerns, and deletes every message it
     receives. Requests go through the store of the first feed (its client, its retries);
-    when that feed closes, the loop restarts on the next one's. An error that persists
-    through the retries fails every feed.
+    when that feed closes, the loop restarts on the next one's. Any failed receive makes
+    every feed lapse (its messages may be lost until their visibility timeout), even one the
+    retries recover from; an error that persists through the retries fails every feed.
     """
 
     def __init__(self, key: tuple[str, S3Options]) -> None:
@@ -202,6 +209,12 @@ class _QueueReader:
                 QueueUrl=queue, MaxNumberOfMessages=_SQS_BATCH, WaitTimeSeconds=SQS_WAIT_SECONDS
             )
 
+        def retrying() -> None:
+            # Even an attempt the retries recover from may have taken messages whose answer
+            # never came back: they stay invisible for the queue's visibility timeout (30 s
+            # by default). Every feed lists at once instead of waiting for them.
+            self._lapse_all(f"an SQS ReceiveMessage from {queue} failed and is being retried")
+
         try:
             while True:
                 response = await store.sqs_request(
@@ -209,6 +222,7 @@ class _QueueReader:
                     f"SQS ReceiveMessage from {queue}",
                     receive,
                     operation="SQS ReceiveMessage",
+                    on_retry=retrying,
                 )
                 messages: list[dict[str, Any]] = response.get("Messages") or []
                 for message in messages:
@@ -234,6 +248,10 @@ class _QueueReader:
             feed._signal()
         if not woken:
             log.debug("SQS message %s: no new object in a watched directory", message_id)
+
+    def _lapse_all(self, reason: str) -> None:
+        for feed in self.feeds:
+            feed._lapse(reason)
 
     def _fail_all(self, problem: str, cause: BaseException) -> None:
         for feed in self.feeds:

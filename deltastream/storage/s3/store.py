@@ -192,12 +192,20 @@ class S3Store(ObjectStore):
         await self._close_foreign()
 
     async def sqs_request(
-        self, uri: str, what: str, op: Callable[[Any], Awaitable[T]], *, operation: str
+        self,
+        uri: str,
+        what: str,
+        op: Callable[[Any], Awaitable[T]],
+        *,
+        operation: str,
+        on_retry: Callable[[], None] | None = None,
     ) -> T:
         """Run ``op(client)`` on this store's SQS client, with its retries (what its change
         feeds ask of the ``sqs_queue_url`` queue). ``uri`` and ``what`` name the request in
-        errors, ``operation`` in retry reports."""
-        return await self._call(uri, what, op, service="sqs", operation=operation)
+        errors, ``operation`` in retry reports; ``on_retry()`` is called before each retry."""
+        return await self._call(
+            uri, what, op, service="sqs", operation=operation, on_retry=on_retry
+        )
 
     async def _call(
         self,
@@ -207,6 +215,7 @@ class S3Store(ObjectStore):
         *,
         service: str = "s3",
         operation: str | None = None,
+        on_retry: Callable[[], None] | None = None,
     ) -> T:
         """Run ``op(client)`` with the shared retry policy, on this store's S3 client or
         (``service`` "sqs") its SQS client. ``what`` names the request in errors;
@@ -237,6 +246,7 @@ class S3Store(ObjectStore):
             policy=opts.retry_policy,
             transient=_transient_cause,
             logger=log,
+            on_retry=on_retry,
         )
 
     def _raise_s3_meaning(self, uri: str, what: str, e: botocore.exceptions.ClientError) -> None:
