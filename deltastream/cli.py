@@ -612,6 +612,7 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
         config,
         progress=bar,
         log_failures=args.command == "serve" or config.log_format == "json",
+        settle_heap=True,  # the process is the daemon's own
     )
 
     def stop_service() -> None:

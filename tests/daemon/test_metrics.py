@@ -23,6 +23,10 @@ import pytest
 from conftest import ROOT, free_port
 from deltalake import write_deltalake
 from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector as PrometheusCollector
+from prometheus_client.registry import CollectorRegistry
 from prometheus_server import (
     PrometheusServer,
     Series,
@@ -38,7 +42,7 @@ from deltastream import __version__
 from deltastream.changes.columns import CDF_FIELDS
 from deltastream.daemon.delivery import Delivery, Position
 from deltastream.daemon.observability.metrics import STREAM_STATES, Histogram, TableMetrics
-from deltastream.daemon.observability.metrics_exposition import metrics_registry
+from deltastream.daemon.observability.metrics_exposition import MetricsPage, stream_metrics_text
 from deltastream.daemon.service.supervisor import Service, ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import CallbackSink
 from deltastream.daemon.stream.config import Mode
@@ -258,12 +262,53 @@ async def test_metrics_pass_promtool_and_the_docs_list_every_one(tmp_path: Path)
 
 
 def test_each_service_has_a_registry_of_its_own() -> None:
-    a = generate_latest(metrics_registry([TableMetrics("a", "/data/a")])).decode()
-    b = generate_latest(metrics_registry([TableMetrics("b", "/data/b")])).decode()
+    a = MetricsPage().render([TableMetrics("a", "/data/a")]).decode()
+    b = MetricsPage().render([TableMetrics("b", "/data/b")]).decode()
     assert 'table="a"' in a and 'table="b"' not in a
     assert 'table="b"' in b and 'table="a"' not in b
+    assert "process_cpu_seconds_total" in a and "deltastream_build_info" in a
     # Nothing lands in prometheus_client's global registry.
     assert "deltastream_" not in generate_latest(REGISTRY).decode()
+
+
+class _Parsed(PrometheusCollector):
+    def __init__(self, text: str) -> None:
+        self.metrics = list(text_string_to_metric_families(text))
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
+
+
+def test_the_stream_metrics_are_what_prometheus_client_writes() -> None:
+    """deltastream writes its streams' metrics itself (prometheus_client's generic writer
+    takes seconds for thousands of tables): prometheus_client's parser reads the text, and
+    its writer gives back the same bytes, for names and URIs that need escaping, retries,
+    states and histograms with observations."""
+    odd = TableMetrics('a"b\\c\nd é', 's3://bucket/path with "quotes"\\')
+    odd.storage_retries.update({"GET": 3, "LIST": 1})
+    odd.poll_duration.observe(0.002)
+    odd.poll_duration.observe(45.0)
+    odd.delivery_latency.observe(1e9)
+    odd.rows_delivered = 10**17
+    odd.feed_trusted = True
+    plain = TableMetrics("orders", "/data/orders", last_seen_version=7)
+    text = stream_metrics_text([odd, plain], now_ms=1_000)
+    registry = CollectorRegistry()
+    registry.register(_Parsed(text))
+    assert generate_latest(registry).decode() == text
+    assert 'deltastream_storage_retries_total{operation="GET",table="a\\"b\\\\c\\nd é"} 3.0' in text
+    assert 'deltastream_last_seen_version{table="orders"} 7.0' in text
+    assert 'deltastream_rows_delivered_total{table="orders"} 0.0' in text
+
+
+def test_a_page_of_ten_thousand_tables_takes_well_under_a_second() -> None:
+    """The cost that made this writer worth having: 10,000 tables, 790,000 lines (a
+    generous bound: about 0.4 s on a quiet core, where prometheus_client takes 4 s)."""
+    streams = [TableMetrics(f"t{i}", f"/tables/t{i}") for i in range(10_000)]
+    started = time.process_time()
+    text = stream_metrics_text(streams)
+    assert time.process_time() - started < 3.0
+    assert text.count("\n") == 79 * 10_000 + 2 * 22  # 22 families: HELP, TYPE
 
 
 # --------------------------------------------------------------------------- state set

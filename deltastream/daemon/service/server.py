@@ -5,8 +5,9 @@
   for too long, restarting too often), stuck, or the service is stopping;
 * ``/livez``, liveness: 200 ``{"status": "alive"}`` whenever the process answers at all (a
   down sink or table is no reason to restart the process);
-* ``/metrics``, Prometheus text format (version 0.0.4): a registry of the service's own,
-  :func:`~deltastream.daemon.observability.metrics_exposition.metrics_registry`.
+* ``/metrics``, Prometheus text format (version 0.0.4): the service's
+  :class:`~deltastream.daemon.observability.metrics_exposition.MetricsPage`, written in a
+  worker thread.
 
 Bound to 127.0.0.1 by default: the endpoints reveal table locations, so exposing them on
 other interfaces is an explicit choice (``--http 0.0.0.0:9464``).
@@ -21,9 +22,8 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 import anyio.abc
 from aiohttp import web
-from prometheus_client.exposition import generate_latest
 
-from deltastream.daemon.observability.metrics_exposition import CONTENT_TYPE, metrics_registry
+from deltastream.daemon.observability.metrics_exposition import CONTENT_TYPE, MetricsPage
 from deltastream.daemon.service.address import parse_address
 from deltastream.errors import InvalidArgumentError
 
@@ -55,7 +55,7 @@ async def serve_http(
 ) -> None:
     """Serve the endpoints until cancelled; reports the bound ``(host, port)`` when ready."""
     host, port = parse_address(address)
-    registry = metrics_registry(service.metrics.values())
+    page = MetricsPage()
 
     async def healthz(request: web.Request) -> web.Response:
         healthy, body = service.health()
@@ -70,7 +70,11 @@ async def serve_http(
         return web.Response(text=json.dumps({"status": "alive"}), content_type="application/json")
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
+        # Written in a worker thread: for thousands of tables a page takes a good fraction of
+        # a second, which the streams' event loop would otherwise stall for.
+        streams = list(service.metrics.values())
+        body = await anyio.to_thread.run_sync(page.render, streams)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)

@@ -43,6 +43,7 @@ from deltastream.daemon.delivery import Position, Sink
 from deltastream.daemon.observability.log_summary import StreamSummaries
 from deltastream.daemon.observability.logs import LOG_SUMMARY_INTERVAL
 from deltastream.daemon.observability.metrics import TableMetrics
+from deltastream.daemon.service.heap import HeapSettler
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.stream.tailer import Progress, TailConfig, Tailer
 from deltastream.errors import (
@@ -166,10 +167,13 @@ class Service:
         sinks: Mapping[str, Sink] | None = None,
         progress: Progress | None = None,
         log_failures: bool = True,
+        settle_heap: bool = False,
     ) -> None:
         """``log_failures``: log a stream's failure for good at ERROR; ``False`` when the
         caller reports :attr:`failures` itself (``deltastream tail`` prints its one error
-        line): then at DEBUG, so that it is not shown twice."""
+        line): then at DEBUG, so that it is not shown twice. ``settle_heap``: freeze the
+        process's heap out of garbage collection while every stream is past its start-up
+        (:mod:`~deltastream.daemon.service.heap`; the daemon's command line does)."""
         self.config = config
         self._log_failures = log_failures
         self._sinks = dict(sinks or {})
@@ -179,6 +183,7 @@ class Service:
             s.tail.name: TableMetrics(s.tail.name, s.tail.uri) for s in config.streams
         }
         self.tailers: dict[str, Tailer] = {}
+        self.heap = HeapSettler(self.metrics) if settle_heap else None
         self._stopping = anyio.Event()
         self.stopping_since: float | None = None
         self.address: tuple[str, int] | None = None  # where the HTTP server listens
@@ -213,6 +218,8 @@ class Service:
             if self.config.log_summary_interval > 0:
                 summaries = StreamSummaries(self.metrics, self._positions)
                 outer.start_soon(summaries.run, self.config.log_summary_interval)
+            if self.heap is not None:
+                outer.start_soon(self.heap.run)
             task_status.started()
             # Streams start a few at a time: ten thousand starting at once would each open
             # their files and read their table together (file descriptors, memory, LISTs).
@@ -270,6 +277,8 @@ class Service:
                 try:
                     await tailer.run()
                 finally:
+                    if self.heap is not None:
+                        self.heap.unsettle()  # what the run held may be garbage now
                     with anyio.CancelScope(shield=True):
                         await sink.aclose()
                 metrics.status = "stopped"

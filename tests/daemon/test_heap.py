@@ -1,0 +1,94 @@
+"""The daemon's heap is frozen out of garbage collection once every stream is past its
+start-up, unfrozen when a stream's run ends (a restart: what it held may be garbage now) and
+frozen again once the streams are past start-up again; never when a service is run without
+it (an application's own process), and never after the service ends."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from pathlib import Path
+
+import anyio
+import pytest
+from deltalake import write_deltalake
+from tailing import Collector, batch, create_table, eventually, follow_stream
+
+from deltastream.daemon.delivery import Delivery
+from deltastream.daemon.observability.metrics import TableMetrics
+from deltastream.daemon.service.heap import HeapSettler
+from deltastream.daemon.service.supervisor import Service, ServiceConfig
+from deltastream.daemon.sinks import CallbackSink
+
+
+def test_the_heap_settles_when_no_stream_is_starting_or_reading_its_snapshot() -> None:
+    a, b = TableMetrics("a", "/a"), TableMetrics("b", "/b")
+    settler = HeapSettler({"a": a, "b": b})
+    try:
+        for status in ("starting", "snapshot"):
+            a.status = status
+            settler.check()
+            assert not settler.frozen and gc.get_freeze_count() == 0
+        a.status, b.status, b.waiting_to_start = "following", "starting", True
+        settler.check()
+        assert not settler.frozen
+        b.status = "retrying"  # waiting for its turn to start again
+        settler.check()
+        assert not settler.frozen
+        b.waiting_to_start = False
+        settler.check()
+        assert settler.frozen and gc.get_freeze_count() > 0
+        settler.unsettle()
+        assert not settler.frozen and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.anyio
+async def test_a_service_freezes_its_heap_and_unfreezes_it_when_a_stream_restarts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="deltastream.daemon")
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    failures = [ConnectionError("the destination is down")]
+    rows = Collector()
+
+    def deliver(delivery: Delivery) -> None:
+        if delivery.start.version >= 1 and failures:
+            raise failures.pop()
+        rows(delivery)
+
+    def freezes() -> int:
+        return sum("objects frozen out of garbage collection" in r.message for r in caplog.records)
+
+    config = ServiceConfig(streams=(follow_stream(tmp_path, "t", uri),), http_address=None)
+    service = Service(config, sinks={"t": CallbackSink(deliver)}, settle_heap=True)
+    assert service.heap is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await eventually(lambda: service.heap is not None and service.heap.frozen, within=20)
+        assert freezes() == 1 and gc.get_freeze_count() > 0
+        # A delivery fails: the stream's run ends (unfrozen), it restarts, and once it is
+        # past its start-up again the heap is frozen again.
+        write_deltalake(uri, batch(range(10, 15)), mode="append")
+        await eventually(lambda: service.metrics["t"].restarts == 1, within=20)
+        await eventually(lambda: freezes() == 2, within=30)
+        await eventually(lambda: service.metrics["t"].last_delivered_version == 1, within=30)
+        service.stop()
+    assert gc.get_freeze_count() == 0 and not service.heap.frozen
+
+
+@pytest.mark.anyio
+async def test_a_service_leaves_an_applications_heap_alone(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    config = ServiceConfig(streams=(follow_stream(tmp_path, "t", uri),), http_address=None)
+    service = Service(config, sinks={"t": Collector().sink()})
+    assert service.heap is None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await eventually(lambda: service.metrics["t"].status == "following")
+        await anyio.sleep(1.5)  # a settler would have frozen the heap by now
+        assert gc.get_freeze_count() == 0
+        service.stop()
