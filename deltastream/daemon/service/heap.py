@@ -9,11 +9,10 @@ waited as long.
 So once every stream is past its start-up (none starting, waiting to start, or reading its
 snapshot), :class:`HeapSettler` collects once and freezes what is left (:func:`gc.freeze`:
 moved to a permanent generation that collections skip; objects are still freed when their
-last reference goes). When a stream restarts or stops, the objects of its previous run may
-have become garbage, cycles included, which a frozen heap would keep: the heap is unfrozen
-then, and frozen again once the streams are past start-up again. What is frozen is at most
-the heap as it was when frozen, so a cycle that dies while frozen is kept no longer than
-the next restart.
+last reference goes). Only a reference cycle that dies while frozen waits: for the hourly
+full collection below. A stream that restarts later does not unfreeze the heap (at 10,000
+tables that would stall every stream for a full collection at each restart): the objects of
+its new run are frozen with the next survivors.
 
 A frozen heap still needs two chores, which :meth:`HeapSettler.run` does:
 
@@ -106,7 +105,7 @@ class HeapSettler:
             self._frozen_at = now
 
     def unsettle(self) -> None:
-        """A stream restarts or stops: what it held may be garbage now."""
+        """Unfreeze the heap (the service ends)."""
         if self.frozen:
             gc.unfreeze()
             self.frozen = False

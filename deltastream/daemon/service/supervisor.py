@@ -172,8 +172,9 @@ class Service:
         """``log_failures``: log a stream's failure for good at ERROR; ``False`` when the
         caller reports :attr:`failures` itself (``deltastream tail`` prints its one error
         line): then at DEBUG, so that it is not shown twice. ``settle_heap``: freeze the
-        process's heap out of garbage collection while every stream is past its start-up
-        (:mod:`~deltastream.daemon.service.heap`; the daemon's command line does)."""
+        process's heap out of garbage collection once every stream is past its start-up,
+        until the service ends (:mod:`~deltastream.daemon.service.heap`; the daemon's
+        command line does)."""
         self.config = config
         self._log_failures = log_failures
         self._sinks = dict(sinks or {})
@@ -277,8 +278,6 @@ class Service:
                 try:
                     await tailer.run()
                 finally:
-                    if self.heap is not None:
-                        self.heap.unsettle()  # what the run held may be garbage now
                     with anyio.CancelScope(shield=True):
                         await sink.aclose()
                 metrics.status = "stopped"
