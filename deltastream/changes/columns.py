@@ -3,9 +3,10 @@
 
 :data:`CHANGE_COLUMNS` is the definition (as a schema's fields, for predicates that name
 them); :data:`CDF_FIELDS` and :data:`CDF_COLUMNS` are the same columns as Arrow fields (a
-read's constant fields) and as names. :func:`change_constants` gives their values for the
-rows of one version's file read: every reader of changes (the planner, the tailer's
-snapshot, the Spark source's snapshot) builds them there.
+read's constant fields) and as names; :data:`REMOVALS` and :data:`ADDITIONS` sort the change
+types into rows a version removes and rows it adds. :func:`change_constants` gives their
+values for the rows of one version's file read: every reader of changes (the planner, the
+tailer's snapshot, the Spark source's snapshot) builds them there.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import pyarrow as pa
 
 from deltastream.schema.model import PHYSICAL_NAME_KEY, PrimitiveType, StructField, to_arrow_type
 
-__all__ = ["CDF_COLUMNS", "CDF_FIELDS", "CHANGE_COLUMNS", "change_constants"]
+__all__ = [
+    "ADDITIONS",
+    "CDF_COLUMNS",
+    "CDF_FIELDS",
+    "CHANGE_COLUMNS",
+    "REMOVALS",
+    "change_constants",
+]
 
 #: The change feed's own columns, in their order after the table's.
 CHANGE_COLUMNS: tuple[StructField, ...] = tuple(
@@ -35,6 +43,9 @@ CDF_FIELDS: tuple[pa.Field[Any], ...] = tuple(
 )
 #: Their names.
 CDF_COLUMNS: tuple[str, ...] = tuple(f.name for f in CHANGE_COLUMNS)
+#: The ``_change_type`` values of rows a version removes from the table, and of rows it adds.
+REMOVALS: tuple[str, ...] = ("delete", "update_preimage")
+ADDITIONS: tuple[str, ...] = ("insert", "update_postimage")
 
 
 def change_constants(change_type: str | None, version: int, timestamp_ms: int) -> tuple[Any, ...]:

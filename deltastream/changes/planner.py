@@ -10,6 +10,13 @@ AddCDCFile", shared by range reads (:mod:`deltastream.changes.cdf`) and the tail
   (remove DV − add DV) are inserts.
 
 Every row gets ``_commit_version`` and ``_commit_timestamp`` as constants of its read.
+
+Order: a version's reads come in the order of its actions (the change data feed's order),
+or, with ``removals_first``, every read of rows the version removes (``delete``,
+``update_preimage``) before every read of rows it adds (``insert``, ``update_postimage``):
+a change-data file, which holds both, is then read twice, once for each. A consumer that
+applies a version in parts (a mirror, :mod:`deltastream.daemon.sinks.mirror`) needs that: a
+later part never removes a row an earlier part of the same version added.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap64
 
-from deltastream.changes.columns import CDF_FIELDS, change_constants
+from deltastream.changes.columns import CDF_FIELDS, REMOVALS, change_constants
 from deltastream.changes.filters import ChangeFilter, FileFacts
 from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.log.commit import LogActions
@@ -156,9 +163,12 @@ class ChangePlanner:
         schemas: ChangeSchemas,
         *,
         paths_checked: bool = False,
+        removals_first: bool = False,
     ) -> list[tuple[FileRead, ReadSchema]]:
         """The reads of ``version``'s change rows. ``paths_checked``: the caller found that
-        none of its paths is refused (:func:`~deltastream.read.confinement.any_refused`)."""
+        none of its paths is refused (:func:`~deltastream.read.confinement.any_refused`);
+        ``removals_first``: the removals' reads before the additions' (see the module
+        docstring)."""
         if not paths_checked:
             refuse_outside_actions(self.store, actions, version)
         if len(actions.cdc):
@@ -176,10 +186,14 @@ class ChangePlanner:
             if schemas.filter is not None:
                 facts = [_facts(cdc, version, timestamp_ms * 1000, None) for cdc in rows]
                 reads = _skipped(reads, facts, schemas.filter)
+            if removals_first:
+                return _removals_then_additions(reads, schemas.cdc)
             return [(read, schemas.cdc) for read in reads]
         tasks, facts = await self._inferred(version, actions, timestamp_ms, schemas)
         if schemas.filter is not None:
             tasks = _skipped(tasks, facts, schemas.filter)
+        if removals_first:  # a stable sort: deletes, then inserts
+            tasks.sort(key=lambda task: task.constants[0] not in REMOVALS)
         return [(task, schemas.inferred) for task in tasks]
 
     async def _bitmap(self, action: dict[str, object]) -> BitMap64:
@@ -279,6 +293,26 @@ class ChangePlanner:
                     add_task(action, _task(action, version, deletes, exclude=removed))
         self._learn_adds(version, rows)
         return tasks, facts
+
+
+def _removals_then_additions(
+    reads: list[FileRead], schema: ReadSchema
+) -> list[tuple[FileRead, ReadSchema]]:
+    """Each change-data file read twice: its removals first (every file's), then its
+    additions, each pass filtered on ``_change_type`` beside the schema's own filter
+    (which a read marked ``all_match`` need not apply)."""
+    removal = pc.field("_change_type").isin(pa.array(REMOVALS))
+    passes = []
+    for wanted in (removal, ~removal):
+        own = schema.row_filter
+        # One schema per pass and kind of read, shared by its reads (the reader keeps what
+        # it works out per schema).
+        filtered = replace(schema, row_filter=wanted if own is None else own & wanted)
+        matching = replace(schema, row_filter=wanted)
+        for read in reads:
+            chosen = matching if read.all_match else filtered
+            passes.append((replace(read, all_match=False), chosen))
+    return passes
 
 
 def _facts(

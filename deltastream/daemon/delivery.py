@@ -25,6 +25,7 @@ __all__ = [
     "COMMIT_ROWS_PER_DELIVERY",
     "ROWS_PER_DELIVERY",
     "STREAM_NAME",
+    "ChangeOrder",
     "Delivery",
     "Guarantee",
     "HeldPosition",
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 Guarantee = Literal["exactly-once", "at-least-once"]
+#: How a sink needs each version's change rows ordered (:attr:`Sink.change_order`).
+ChangeOrder = Literal["log", "removals-first"]
 
 #: What a stream's name may be: letters, digits, '.', '-' and '_', not only dots (it names
 #: files: a parquet sink's, an ownership marker).
@@ -184,6 +187,12 @@ class Sink(AsyncClosable, ABC):
     #: this many rows unless its ``max_rows_per_delivery`` says otherwise
     #: (:meth:`~deltastream.daemon.stream.config.TailConfig.resolved_max_rows_per_delivery`).
     rows_per_delivery: int = ROWS_PER_DELIVERY
+    #: The order of each version's change rows: ``log``, the change data feed's, or
+    #: ``removals-first``, every row the version removes (``delete``, ``update_preimage``)
+    #: before every row it adds, for a sink that applies a version larger than a delivery
+    #: in parts (a mirror: :mod:`~deltastream.daemon.sinks.mirror`). It decides what a
+    #: position's offset within a version counts, so it never changes for a stream.
+    change_order: ChangeOrder = "log"
     #: Told of every retry a sink that retries makes inside :meth:`deliver` (set by the
     #: tailer); ``None``: such a sink logs each retry at WARNING itself.
     retry_listener: RetryListener | None = None

@@ -44,7 +44,6 @@ from deltastream.daemon.sinks.delta import (
     decode_position,
     delta_storage_options,
     encode_position,
-    last_changes,
     rows_in,
 )
 from deltastream.daemon.stream.config import Mode, StartFrom, TailConfig, tail_config
@@ -344,27 +343,6 @@ async def test_a_checkpoint_is_written_every_n_commits(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- merge
 
 
-def test_each_keys_last_change_counts() -> None:
-    rows = pa.concat_tables(
-        [
-            changes([1, 2, 3], "insert", 1),
-            changes([1], "update_preimage", 2),
-            changes([1], "update_postimage", 2, name="y"),
-            # One commit deleting key 2 and inserting it again (a replaceWhere): its insert
-            # is the result, whatever order the change rows come in.
-            changes([2], "insert", 3, name="z"),
-            changes([2], "delete", 3),
-            changes([3], "delete", 4),
-            changes([4], "insert", 4),
-            changes([4], "update_postimage", 5, name="a"),
-            changes([4], "update_postimage", 5, name="b"),
-        ]
-    )
-    source = last_changes(rows, ["id"], "t")
-    got = sorted((r["id"], r["name"], r["__deltastream_delete"]) for r in source.to_pylist())
-    assert got == [(1, "y1", False), (2, "z2", False), (3, "x3", True), (4, "b4", False)]
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("rows_per_delivery", [2, 100_000])
 async def test_the_mirror_holds_the_source_rows_as_of_the_delivered_version(
@@ -541,11 +519,14 @@ async def test_a_failed_commit_that_the_target_holds_is_not_repeated(
     await first.recover(StreamRef(STREAM, "state"), None, {})
     await first.deliver(delivery(Position(1), Position(2), changes([1, 2], "insert", 1)))
     await twin.recover(StreamRef(STREAM, "state"), None, {})
-    update = delivery(Position(2), Position(3), changes([1], "update_postimage", 2, name="y"))
+    update_rows = pa.concat_tables(
+        [changes([1], "update_preimage", 2), changes([1], "update_postimage", 2, name="y")]
+    )
+    update = delivery(Position(2), Position(4), update_rows)
     await twin.deliver(update)
     version = DeltaTable(target).version()
     with caplog.at_level(logging.WARNING, logger="deltastream"):
-        assert await first.deliver(update) == {"txn": encode_position(Position(3))}
+        assert await first.deliver(update) == {"txn": encode_position(Position(4))}
     assert events == [] and DeltaTable(target).version() == version
     assert any("but the target holds it: not repeated" in r.getMessage() for r in caplog.records)
     assert rows_of(target) == [(1, "y1", "p1"), (2, "x2", "p2")]

@@ -17,11 +17,13 @@ Modes:
 * ``append`` (default): each delivery's rows, every data column then ``_change_type``,
   ``_commit_version`` and ``_commit_timestamp``, in one ``write_deltalake`` append.
 * ``merge``: the target holds the source table's rows (data columns only) as of the
-  delivered position. Per delivery, each key's last change counts (``update_preimage`` rows
-  are ignored; changes are ordered by ``_commit_version``, within a version deletes before
-  inserts and post-images, since a commit's deletes remove rows of the versions before it
-  and its inserts are its result, then by row order); one ``MERGE`` deletes the keys whose
-  last change is a delete and upserts the others.
+  delivered position, by the mirror rule (:mod:`~deltastream.daemon.sinks.mirror`: each
+  version's removals, then its additions; a key that is not unique in the source stops the
+  stream). Per delivery, one ``MERGE`` deletes the keys whose last change is a removal and
+  writes the others. Before it, the keys the delivery adds anew are looked up in the target
+  (their key columns only, in the files whose statistics or partition values may hold
+  them): one found there is a second row with that key in the source, and nothing is
+  committed.
 
 A missing target is created with the rows' schema (``partition_by=`` columns, and
 ``checkpoint_interval=N``, the table property ``delta.checkpointInterval`` that delta-rs's
@@ -69,7 +71,6 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltastream.changes.columns import CDF_COLUMNS
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import (
     COMMIT_ROWS_PER_DELIVERY,
@@ -81,6 +82,13 @@ from deltastream.daemon.delivery import (
     StreamRef,
 )
 from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, _reset_hint, log
+from deltastream.daemon.sinks.mirror import (
+    ADDED_FIRST,
+    DELETE,
+    FLAGS,
+    duplicate_key_error,
+    mirror_changes,
+)
 from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,
@@ -121,9 +129,6 @@ T = TypeVar("T")
 
 #: Every ``appId`` this sink writes starts so: others (a Spark query's) are not streams'.
 APP_ID_PREFIX: Final = "deltastream:"
-#: The merge source's column saying the key's last change is a delete.
-_DELETE_FLAG: Final = "__deltastream_delete"
-_DELETE: Final = pa.scalar("delete")
 #: A position's offset takes the low 31 bits of a txn version, the snapshot flag the next
 #: one, and the table version the rest (up to 2**31: a txn version is a signed long).
 _OFFSET_BITS: Final = 31
@@ -400,47 +405,25 @@ def _describe(columns: Mapping[str, Any]) -> str:
     return "(" + ", ".join(f"{name} {text(t)}" for name, t in columns.items()) + ")"
 
 
-# ------------------------------------------------------------------------------ merge input
+def _target_keys(table: deltalake.DeltaTable, lookup: pa.Table) -> pa.Table:
+    """The rows of ``table``'s key columns (``lookup``'s columns) that may equal a row of
+    ``lookup``: the target's files are pruned by the range of each key in ``lookup``, then
+    the key columns of the rest are read and kept where the first key is one looked up."""
+    import pyarrow.dataset as ds
 
-
-def last_changes(data: pa.Table, keys: Sequence[str], target: str) -> pa.Table:
-    """The merge source for a delivery's rows: each key's last change (see the module
-    docstring for the order), its data columns and a flag saying it is a delete. A key
-    column missing or null raises :class:`SinkRejectedError` naming ``target``."""
-    missing = [k for k in keys if k not in data.column_names]
-    if missing:
-        names = ", ".join(c for c in data.column_names if c not in CDF_COLUMNS)
-        raise SinkRejectedError(
-            target,
-            f"merge key column(s) {', '.join(missing)} are not in the rows (columns: {names}); "
-            "nothing was committed",
-        )
-    kinds = data["_change_type"]
-    data = data.filter(pc.not_equal(kinds, pa.scalar("update_preimage")))
+    keys = lookup.column_names
+    dataset = table.to_pyarrow_dataset()
+    expression: Any = None
     for key in keys:
-        nulls = data[key].null_count
-        if nulls:
-            found = pc.unique(data.filter(pc.is_null(data[key]))["_commit_version"])
-            versions = ", ".join(str(v) for v in sorted(int(v or 0) for v in found.to_pylist())[:5])
-            raise SinkRejectedError(
-                target,
-                f"merge key column {key!r} is null in {nulls} change row(s) (version(s) "
-                f"{versions}); nothing was committed",
-            )
-    is_delete = pc.equal(data["_change_type"], _DELETE)
-    # sort_indices is stable: rows keep their order within (version, deletes first).
-    order = pc.sort_indices(
-        pa.table({"v": data["_commit_version"], "u": pc.cast(pc.invert(is_delete), pa.int8())}),
-        sort_keys=[("v", "ascending"), ("u", "ascending")],
-    )
-    rank = "__deltastream_rank"
-    ranked = data.take(order).append_column(rank, pa.array(range(data.num_rows), pa.int64()))
-    last = ranked.select([*keys, rank]).group_by(list(keys), use_threads=False)
-    winners = last.aggregate([(rank, "max")])[f"{rank}_max"]
-    chosen = ranked.filter(pc.is_in(ranked[rank], value_set=winners))
-    flag = pc.equal(chosen["_change_type"], _DELETE)
-    columns = [c for c in data.column_names if c not in CDF_COLUMNS]
-    return chosen.select(columns).append_column(_DELETE_FLAG, flag)
+        bounds = pc.min_max(lookup[key])
+        low, high = bounds["min"], bounds["max"]
+        if not low.is_valid or not high.is_valid:
+            continue
+        within = (ds.field(key) >= low) & (ds.field(key) <= high)
+        expression = within if expression is None else expression & within
+    first = ds.field(keys[0]).isin(pc.unique(lookup[keys[0]]))
+    expression = first if expression is None else expression & first
+    return dataset.to_table(columns=keys, filter=expression)
 
 
 def _quote(name: str) -> str:
@@ -473,6 +456,8 @@ class DeltaSink(Sink):
     ) -> None:
         self._spec = f"delta:{spec}"
         self.target = DeltaSpec.parse(spec)
+        if self.target.mode == "merge":
+            self.change_order = "removals-first"
         uri = self.target.uri
         if store_kind(uri) == "file" and "://" not in uri:
             uri = str(Path(uri).expanduser().absolute())
@@ -653,7 +638,9 @@ class DeltaSink(Sink):
             return state
         data = pa.Table.from_batches(delivery.batches, delivery.schema)
         if self.target.mode == "merge":
-            data = await anyio.to_thread.run_sync(last_changes, data, self.target.keys, self._spec)
+            data = await anyio.to_thread.run_sync(
+                mirror_changes, data, self.target.keys, self._spec
+            )
         what = f"{delivery.num_rows} rows of {delivery.table} ({delivery.start} to {delivery.end})"
 
         async def attempt() -> None:
@@ -807,12 +794,12 @@ class DeltaSink(Sink):
             self._check_held(None if table is None else table.transaction_version(app))
         if table is None:
             rows = data
-            if merge:  # a new mirror: the keys whose last change is no delete
-                rows = data.filter(pc.invert(data[_DELETE_FLAG])).drop_columns([_DELETE_FLAG])
+            if merge:  # a new mirror: the keys whose last change is no removal
+                rows = data.filter(pc.invert(data[DELETE])).drop_columns(list(FLAGS))
             self._create(rows, props, hooks)
             return
         self._check_properties(table)
-        columns = data.schema if not merge else data.drop_columns([_DELETE_FLAG]).schema
+        columns = data.schema if not merge else data.drop_columns(list(FLAGS)).schema
         add = self._fit(table, columns)
         if not merge:
             if not add:  # the target's column order (the same columns)
@@ -826,8 +813,9 @@ class DeltaSink(Sink):
                 post_commithook_properties=hooks,
             )
             return
+        self._refuse_duplicates(table, data)
         predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys)
-        flag = f"s.{_quote(_DELETE_FLAG)}"
+        flag = f"s.{_quote(DELETE)}"
         (
             table.merge(
                 data,
@@ -839,10 +827,29 @@ class DeltaSink(Sink):
                 post_commithook_properties=hooks,
             )
             .when_matched_delete(predicate=flag)
-            .when_matched_update_all(except_cols=[_DELETE_FLAG])
-            .when_not_matched_insert_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
+            .when_matched_update_all(except_cols=list(FLAGS))
+            .when_not_matched_insert_all(predicate=f"NOT {flag}", except_cols=list(FLAGS))
             .execute()
         )
+
+    def _refuse_duplicates(self, table: deltalake.DeltaTable, data: pa.Table) -> None:
+        """Raise :func:`duplicate_key_error` if the target holds a key the delivery adds
+        anew (its first change an addition: :data:`ADDED_FIRST`). Only the key columns of
+        the files that may hold one are read: the others are pruned by their partition
+        values and statistics against the range of the keys looked up."""
+        keys = list(self.target.keys)
+        wanted = data.filter(data[ADDED_FIRST]).select([*keys, FLAGS[2]])
+        if not wanted.num_rows:
+            return
+        found = _target_keys(table, wanted.select(keys))
+        if not found.num_rows:
+            return
+        hits = wanted.join(found, keys, join_type="inner")
+        if hits.num_rows:
+            first = hits.sort_by(FLAGS[2]).slice(0, 1).to_pylist()[0]
+            raise duplicate_key_error(
+                self._spec, keys, [first[k] for k in keys], int(first[FLAGS[2]])
+            )
 
     def _create(self, rows: pa.Table, props: Any, hooks: Any) -> None:
         dl = _deltalake()

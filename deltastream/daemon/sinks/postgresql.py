@@ -5,16 +5,17 @@ Two modes, by the spec's ``mode``:
 * ``append`` (the default): every change row, with ``_change_type``, ``_commit_version`` and
   ``_commit_timestamp``, is appended to the target table (a change log);
 * ``merge`` (with ``key=COLUMN[,...]``): the target is a mirror of the source table: after
-  each delivery it holds exactly the source's rows as of the delivered position. Within a
-  delivery only each key's last change counts (``update_preimage`` rows ignored), in the
-  order of ``_commit_version`` and, within a version, deletes before the other changes and
-  then row order: a commit that removes a row's old file and adds its new one may list the
-  two either way, and the row exists after the commit. A ``delete`` deletes the key's row;
-  an ``insert`` or ``update_postimage`` upserts it (``INSERT ... ON CONFLICT DO UPDATE``).
+  each version's last delivery it holds exactly the source's rows as of that version, by
+  the mirror rule (:mod:`~deltastream.daemon.sinks.mirror`: each version's removals, then
+  its additions; one row per key per delivery). The keys whose last change is a removal
+  are deleted, those the delivery adds anew are inserted (the unique index on the key
+  refuses one the target holds: a second row with that key in the source), and the others
+  upserted (``INSERT ... ON CONFLICT DO UPDATE``). A key that is not unique in the source
+  stops the stream, naming it and its version; nothing of the delivery is committed.
 
 Exactly once: each delivery is one transaction that loads the rows (``COPY`` in CSV, into
 the target in append mode, into the session's temporary table then one ``DELETE`` and
-``INSERT ... ON CONFLICT`` statement in merge mode) and moves the stream's row in the
+``INSERT`` statements in merge mode) and moves the stream's row in the
 offsets table (default ``deltastream_offsets``: ``stream``, ``target``, ``table_id``,
 ``version``, ``snapshot``, ``offset``, ``updated_at``) from the delivery's start to its end.
 :meth:`recover` returns that position (:class:`~deltastream.daemon.delivery.HeldPosition`),
@@ -70,7 +71,6 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 import anyio
 import anyio.to_thread
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
@@ -87,6 +87,7 @@ from deltastream.daemon.delivery import (
     StreamRef,
 )
 from deltastream.daemon.sinks.common import _check_retry_options, _reset_hint, expand_env, log
+from deltastream.daemon.sinks.mirror import FLAGS, duplicate_key_error, mirror_changes
 from deltastream.daemon.sinks.postgresql_types import csv_ready, fits, pg_type
 from deltastream.errors import (
     DeltaStreamError,
@@ -114,9 +115,8 @@ SCHEMES = ("postgresql", "postgres")
 #: The query parameters the sink takes for itself; the others go to libpq.
 _OWN = ("table", "mode", "key", "offsets_table")
 DEFAULT_OFFSETS_TABLE = "deltastream_offsets"
-#: The temporary table of merge mode, and its column of each row's place in the delivery.
+#: The temporary table of merge mode.
 _LOAD = "_deltastream_load"
-_SEQ = "_deltastream_seq"
 #: Rows encoded at a time while the slice before is sent (about a megabyte of CSV).
 _COPY_SLICE = 20_000
 #: libpq's connection errors that retrying cannot fix (they carry no SQLSTATE): credentials,
@@ -331,6 +331,8 @@ class PostgresSink(Sink):
         max_delay: float = 60.0,
     ) -> None:
         self.spec = PostgresSpec.parse(spec)
+        if self.spec.mode == "merge":
+            self.change_order = "removals-first"
         require_driver(self.spec.description)
         _check_retry_options(max_attempts, base_delay, max_delay)
         self._policy = RetryPolicy(
@@ -583,7 +585,7 @@ class PostgresSink(Sink):
         columns = self._wanted_columns(delivery.schema)
         if self.spec.mode == "merge":
             self._check_keys(delivery)
-        data = self._rows(delivery)
+        data = await self._rows(delivery)
         what = f"{delivery.num_rows:,} rows ({delivery.start} to {delivery.end})"
 
         async def work(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -670,16 +672,18 @@ class PostgresSink(Sink):
                         "nothing of the delivery was committed",
                     )
 
-    def _rows(self, delivery: Delivery) -> pa.Table | None:
-        """The delivery's rows in the column order of :meth:`_load` (``None``: none)."""
+    async def _rows(self, delivery: Delivery) -> pa.Table | None:
+        """The delivery's rows in the column order of :meth:`_load` (``None``: none); in
+        merge mode, one row per key (:func:`~deltastream.daemon.sinks.mirror.mirror_changes`,
+        worked out in a worker thread)."""
         if not delivery.num_rows:
             return None
         table = pa.Table.from_batches(
             [b for b in delivery.batches if b.num_rows], schema=delivery.schema
         )
         if self.spec.mode == "merge":
-            table = table.drop_columns(["_commit_timestamp"]).append_column(
-                _SEQ, pa.array(np.arange(table.num_rows, dtype=np.int64))
+            return await anyio.to_thread.run_sync(
+                mirror_changes, table, self.spec.keys, self.description
             )
         return table
 
@@ -771,6 +775,7 @@ class PostgresSink(Sink):
             return
         load = sql.Identifier(_LOAD)
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        delete, added_first, version = map(sql.Identifier, FLAGS)
         if self._load_columns != tuple(names):
             # The session's loading table, made once per connection (and again when the
             # target gains a column), with the target's column types; its rows go at commit.
@@ -778,16 +783,61 @@ class PostgresSink(Sink):
             await conn.execute(
                 sql.SQL(
                     "CREATE TEMP TABLE {load} ON COMMIT DELETE ROWS AS SELECT {cols}, "
-                    "NULL::text AS _change_type, NULL::bigint AS _commit_version, "
-                    "NULL::bigint AS {seq} FROM {target} WITH NO DATA"
-                ).format(load=load, cols=cols, seq=sql.Identifier(_SEQ), target=self._target_sql())
+                    "NULL::boolean AS {delete}, NULL::boolean AS {added_first}, "
+                    "NULL::bigint AS {version} FROM {target} WITH NO DATA"
+                ).format(
+                    load=load,
+                    cols=cols,
+                    delete=delete,
+                    added_first=added_first,
+                    version=version,
+                    target=self._target_sql(),
+                )
             )
             self._load_columns = tuple(names)
-        await self._copy(conn, load, [*names, "_change_type", "_commit_version", _SEQ], data)
+        await self._copy(conn, load, [*names, *FLAGS], data)
         keys = sql.SQL(", ").join(map(sql.Identifier, self.spec.keys))
         match = sql.SQL(" AND ").join(
             sql.SQL("t.{k} = l.{k}").format(k=sql.Identifier(k)) for k in self.spec.keys
         )
+        key_values = sql.SQL(", ").join(
+            sql.SQL("l.{k}").format(k=sql.Identifier(k)) for k in self.spec.keys
+        )
+        names_of = {"load": load, "target": self._target_sql(), "match": match, "cols": cols}
+        names_of |= {"keys": keys, "key_values": key_values}
+        names_of |= {"delete": delete, "added_first": added_first, "version": version}
+        # The mirror rule (deltastream.daemon.sinks.mirror): the keys whose last change is
+        # a removal are deleted; a key the delivery adds anew must not be there already
+        # (found among the deleted ones, or refused by the unique index on insert).
+        cur = await conn.execute(
+            sql.SQL(
+                "WITH gone AS (DELETE FROM {target} AS t USING {load} AS l"
+                " WHERE l.{delete} AND {match} RETURNING {key_values}, l.{added_first},"
+                " l.{version}) SELECT * FROM gone WHERE {added_first}"
+                " ORDER BY {version} LIMIT 1"
+            ).format(**names_of)
+        )
+        self._refuse_duplicate(await cur.fetchone())
+        import psycopg
+
+        try:
+            async with conn.transaction():  # a savepoint: the lookup below runs after it
+                await conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {target} ({cols}) SELECT {cols} FROM {load}"
+                        " WHERE {added_first} AND NOT {delete}"
+                    ).format(**names_of)
+                )
+        except psycopg.errors.UniqueViolation:
+            cur = await conn.execute(
+                sql.SQL(
+                    "SELECT {key_values}, l.{version} FROM {load} AS l JOIN {target} AS t"
+                    " ON {match} WHERE l.{added_first} AND NOT l.{delete}"
+                    " ORDER BY l.{version} LIMIT 1"
+                ).format(**names_of)
+            )
+            self._refuse_duplicate(await cur.fetchone())
+            raise  # another unique index of the target refused a row
         others = [n for n in names if n not in self.spec.keys]
         update: sql.Composable
         if others:
@@ -798,33 +848,20 @@ class PostgresSink(Sink):
             )
         else:
             update = sql.SQL("DO NOTHING")
-        # One statement: each key's last change (by version; within one, a delete before the
-        # other changes, the row's old file removed and its new one added; then in row
-        # order), the keys whose last change is a delete deleted, the others upserted. The
-        # two sets of keys are disjoint, so the DELETE and the INSERT cannot meet.
         await conn.execute(
             sql.SQL(
-                "WITH last AS ("
-                " SELECT DISTINCT ON ({keys}) * FROM {load}"
-                " WHERE _change_type <> 'update_preimage'"
-                " ORDER BY {keys}, _commit_version DESC, (_change_type <> 'delete') DESC,"
-                " {seq} DESC"
-                "), gone AS ("
-                " DELETE FROM {target} AS t USING last AS l"
-                " WHERE l._change_type = 'delete' AND {match}"
-                ") "
-                "INSERT INTO {target} ({cols}) SELECT {cols} FROM last"
-                " WHERE _change_type <> 'delete' ON CONFLICT ({keys}) {update}"
-            ).format(
-                keys=keys,
-                load=load,
-                seq=sql.Identifier(_SEQ),
-                target=self._target_sql(),
-                match=match,
-                cols=cols,
-                update=update,
-            )
+                "INSERT INTO {target} ({cols}) SELECT {cols} FROM {load}"
+                " WHERE NOT {added_first} AND NOT {delete} ON CONFLICT ({keys}) {update}"
+            ).format(update=update, **names_of)
         )
+
+    def _refuse_duplicate(self, found: Sequence[Any] | None) -> None:
+        """Raise :func:`duplicate_key_error` for a row of the load table found in the
+        target (its key values, its added-first flag or not, its version last)."""
+        if found is None:
+            return
+        keys = self.spec.keys
+        raise duplicate_key_error(self.description, keys, list(found[: len(keys)]), found[-1])
 
     @staticmethod
     async def _copy(

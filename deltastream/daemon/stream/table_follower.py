@@ -19,6 +19,7 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltastream.changes.columns import CDF_COLUMNS
 from deltastream.changes.commits import CommitStep, CommitSteps
 from deltastream.changes.planner import ChangePlanner, ChangeSchemas
 from deltastream.daemon.stream.config import OnSchemaChange, TailConfig
@@ -26,6 +27,7 @@ from deltastream.daemon.stream.pump import RoundEnd
 from deltastream.errors import (
     ChangeDataNotEnabledError,
     DeltaStreamError,
+    InvalidArgumentError,
     SchemaChangeError,
     TableReplacedError,
 )
@@ -70,8 +72,12 @@ class TableFollower:
         progress: Progress | None = None,
         *,
         remedy: str = "start a new stream",
+        removals_first: bool = False,
     ) -> None:
         self.config = config
+        #: Each version's removals before its additions (a mirror's order, see
+        #: :class:`~deltastream.changes.planner.ChangePlanner`).
+        self.removals_first = removals_first
         #: How a user starts the stream over, for errors that end it for good.
         self.remedy = remedy
         self.progress = progress
@@ -102,9 +108,7 @@ class TableFollower:
         self._rebuild_at = rebuild_at
         check_readable(self._store.root_uri, protocol)
         self.metadata = metadata
-        self.schemas = ChangeSchemas.build(
-            protocol, metadata, self.config.columns, self.config.where
-        )
+        self.schemas = self._schemas(protocol, metadata)
         self._commits.seed(next_version, protocol, metadata)
         self._planner = ChangePlanner(self._store, self._partition_values)
 
@@ -125,7 +129,9 @@ class TableFollower:
                 v = f.version
                 try:
                     timestamp_ms = await self._check_version(f, actions)
-                    tasks = await self._planner.plan(v, actions, timestamp_ms, self.schemas)
+                    tasks = await self._planner.plan(
+                        v, actions, timestamp_ms, self.schemas, removals_first=self.removals_first
+                    )
                 except DeltaStreamError as e:
                     round_.stop_at(v, e)
                     return
@@ -210,9 +216,21 @@ class TableFollower:
                 extra={"stream": name, "version": version},
             )
         self.metadata = step.metadata
-        self.schemas = ChangeSchemas.build(
-            step.protocol, step.metadata, self.config.columns, self.config.where
-        )
+        self.schemas = self._schemas(step.protocol, step.metadata)
+
+    def _schemas(self, protocol: Protocol, metadata: Metadata) -> ChangeSchemas:
+        schemas = ChangeSchemas.build(protocol, metadata, self.config.columns, self.config.where)
+        if self.removals_first and schemas.filter is not None:
+            named = [c for c in schemas.filter.predicate.columns if c in CDF_COLUMNS]
+            if named:
+                # A mirror holds the source's rows that pass the filter: a filter on the
+                # changes themselves names no set of rows.
+                raise InvalidArgumentError(
+                    f"stream {self.config.name!r}: a mirror's where may name only the table's "
+                    f"columns, not {', '.join(named)}: the mirror holds the rows of the "
+                    "table that the filter keeps"
+                )
+        return schemas
 
     async def _advance_state(
         self, version: int, actions: LogActions, skip_until: int | None

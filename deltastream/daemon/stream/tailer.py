@@ -183,7 +183,13 @@ class Tailer:
             self.sink.retry_listener = functools.partial(self._on_retry, sink=True)
             self._store = store
             self._states = StateStore(state_store)
-            self._follower = TableFollower(store, cfg, self.progress, remedy=self._remedy)
+            self._follower = TableFollower(
+                store,
+                cfg,
+                self.progress,
+                remedy=self._remedy,
+                removals_first=self.sink.change_order == "removals-first",
+            )
             try:
                 await self._bounded_start()
                 if self._committed.position.snapshot:
