@@ -40,6 +40,7 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
         ├── HttpStatusError           an HTTP sink's endpoint rejected a delivery
         ├── SinkRecoveryError         the sink's output does not match the stream's state
         ├── SinkInUseError            another stream owns the sink's output
+        ├── SinkFencedError           another process took the stream over (a newer epoch)
         ├── SinkRejectedError         the target cannot take the rows (a value, a null key)
         │   └── SinkSchemaError       ... their schema does not fit the target's
         └── OutputClosedError         the reader of the sink's output went away (a closed pipe)
@@ -77,6 +78,7 @@ __all__ = [
     "ResetIncompleteError",
     "SchemaChangeError",
     "SinkError",
+    "SinkFencedError",
     "SinkInUseError",
     "SinkRecoveryError",
     "SinkRejectedError",
@@ -477,6 +479,19 @@ class SinkInUseError(SinkError):
     """Another stream (in this process or another one) is writing to the same output."""
 
     transient = False
+
+
+class SinkFencedError(SinkError):
+    """Another process took the stream over: the target holds a newer epoch (fencing
+    token) for it, or its position moved past this process's. Nothing of the delivery was
+    committed; the process gives the stream up (it is not restarted: that would take the
+    stream back from the process that holds it now). ``epoch``: this process's."""
+
+    transient = False
+
+    def __init__(self, sink: str, problem: str, epoch: int) -> None:
+        super().__init__(sink, problem)
+        self.epoch = epoch
 
 
 class SinkRejectedError(SinkError):

@@ -100,6 +100,8 @@ LONGEST_FIRST = (
     "daemon/test_s3_faults.py",
     "spark/test_stream.py",
     "test_docs.py",
+    "daemon/test_mirror.py",
+    "daemon/test_fencing.py",
     "spark/test_connect.py",
     "test_object_stores.py",
     "spark/test_cluster.py",

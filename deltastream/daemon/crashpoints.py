@@ -5,7 +5,10 @@ between the fsync and the state commit, ...). Each such instant is a named point
 calls :func:`crash_point` as it passes one. Normally that does nothing. With the environment
 variable ``DELTASTREAM_CRASH_AT`` set to ``POINT:N`` (several separated by commas), the process
 exits at once, with :data:`CRASH_EXIT_STATUS` and without running any cleanup
-(:func:`os._exit`), the ``N``-th time it passes ``POINT`` (``N`` defaults to 1).
+(:func:`os._exit`), the ``N``-th time it passes ``POINT`` (``N`` defaults to 1). With
+``POINT:N:stop`` the process freezes itself there instead (``SIGSTOP``), as a process paused
+by its host would, until it is sent ``SIGCONT``: for tests of another process taking a
+stream over from a frozen one.
 
 The variable is read once, the first time any point is passed (so a test may set it in a
 freshly forked child). An unknown point name is an error, so that a typo cannot make a test
@@ -35,6 +38,7 @@ And the points a reset (:mod:`deltastream.daemon.stream.reset`) passes:
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Final
 
@@ -63,21 +67,25 @@ POINTS: Final = frozenset(
     }
 )
 
-#: Point -> passes left before the crash; ``None`` until the variable was read.
-_armed: dict[str, int] | None = None
+#: Point -> passes left before the crash, and whether it freezes rather than exits;
+#: ``None`` until the variable was read.
+_armed: dict[str, tuple[int, bool]] | None = None
 
 
-def _parse(text: str) -> dict[str, int]:
-    armed: dict[str, int] = {}
+def _parse(text: str) -> dict[str, tuple[int, bool]]:
+    armed: dict[str, tuple[int, bool]] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, count = part.partition(":")
+        name, _, rest = part.partition(":")
+        count, _, action = rest.partition(":")
         if name not in POINTS:
             raise InvalidArgumentError(
                 f"{CRASH_ENV}: unknown crash point {name!r}; known: {', '.join(sorted(POINTS))}"
             )
         if count and not (count.isdigit() and int(count) >= 1):
             raise InvalidArgumentError(f"{CRASH_ENV}: {part!r}: the count must be >= 1")
-        armed[name] = int(count) if count else 1
+        if action not in ("", "stop"):
+            raise InvalidArgumentError(f"{CRASH_ENV}: {part!r}: the action may only be 'stop'")
+        armed[name] = (int(count) if count else 1, action == "stop")
     return armed
 
 
@@ -89,11 +97,18 @@ def crash_point(name: str) -> None:
     if not _armed:
         return
     assert name in POINTS, name
-    left = _armed.get(name)
-    if left is None:
+    armed = _armed.get(name)
+    if armed is None:
         return
+    left, freeze = armed
     if left > 1:
-        _armed[name] = left - 1
+        _armed[name] = (left - 1, freeze)
+        return
+    if freeze:
+        del _armed[name]
+        sys.stderr.write(f"deltastream: crash point {name} reached: stopping (SIGSTOP)\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
         return
     sys.stderr.write(f"deltastream: crash point {name} reached: exiting\n")
     sys.stderr.flush()

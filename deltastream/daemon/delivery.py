@@ -106,6 +106,10 @@ class Delivery:
     end: Position
     schema: pa.Schema
     batches: Sequence[pa.RecordBatch]
+    epoch: int = 0
+    """The stream's epoch (fencing token) in the process that made the delivery: raised each
+    time a process takes the stream over, so a receiver that remembers the highest epoch it
+    has seen can refuse a delivery of a lower one, from a process that lost the stream."""
 
     @property
     def num_rows(self) -> int:
@@ -152,6 +156,10 @@ class StreamRef:
     """The stream's name (it names the sink's files)."""
     state_uri: str
     """Where the stream's state lives (named in messages)."""
+    epoch: int = 0
+    """The epoch this process claimed for the stream through its state's conditional write
+    (the state's epoch plus one); 0: the stream is new here (no state), and a sink that
+    keeps epochs takes one above its target's (:attr:`Sink.epoch`)."""
 
     def reset_command(self, sink_spec: str) -> str:
         """The command that starts this stream, into ``sink_spec``, over (for messages)."""
@@ -193,6 +201,11 @@ class Sink(AsyncClosable, ABC):
     #: in parts (a mirror: :mod:`~deltastream.daemon.sinks.mirror`). It decides what a
     #: position's offset within a version counts, so it never changes for a stream.
     change_order: ChangeOrder = "log"
+    #: The epoch the sink's commits carry, once :meth:`recover` chose it: a sink that keeps
+    #: the stream's epoch in its target (delta, PostgreSQL) takes the stream's
+    #: (:attr:`StreamRef.epoch`), or for a new stream one above the target's; 0: the sink
+    #: keeps none (the stream's is used).
+    epoch: int = 0
     #: Told of every retry a sink that retries makes inside :meth:`deliver` (set by the
     #: tailer); ``None``: such a sink logs each retry at WARNING itself.
     retry_listener: RetryListener | None = None

@@ -20,7 +20,7 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import anyio.from_thread
@@ -46,7 +46,14 @@ from deltastream.storage.base import (
 if TYPE_CHECKING:
     from watchfiles._rust_notify import RustNotify
 
-__all__ = ["LocalStore", "fsync_path", "temp_name_parts", "temp_target"]
+__all__ = [
+    "NETWORK_FILESYSTEMS",
+    "LocalStore",
+    "filesystem_type",
+    "fsync_path",
+    "temp_name_parts",
+    "temp_target",
+]
 
 #: watchfiles' code for a deleted path (watchfiles.Change.deleted), as RustNotify reports it.
 _DELETED = 3
@@ -71,6 +78,60 @@ def temp_target(name: str) -> str | None:
     ``None`` if ``name`` is not one."""
     m = _TEMP_NAME.fullmatch(name)
     return m["name"] if m else None
+
+
+#: Filesystem types (as ``/proc/self/mounts`` names them) shared between hosts, whose
+#: ``flock`` does not hold across hosts (NFS emulates it with byte-range locks only some
+#: servers honour; SMB, FUSE network mounts and cluster filesystems vary): a lock on one
+#: there proves nothing about other hosts.
+NETWORK_FILESYSTEMS: Final = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "9p",
+        "afs",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "gpfs",
+        "fuse.sshfs",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.goofys",
+        "fuse.rclone",
+        "fuse.glusterfs",
+        "fuse.cephfs",
+        "fuse.mountpoint-s3",
+        "fuse.blobfuse2",
+    }
+)
+#: The mount table :func:`filesystem_type` reads.
+MOUNTS = "/proc/self/mounts"
+
+
+def filesystem_type(path: str | os.PathLike[str]) -> str | None:
+    """The type of the filesystem holding ``path`` (an existing path): that of the longest
+    mount point in :data:`MOUNTS` containing it; ``None`` where the table cannot be read
+    (not Linux)."""
+    try:
+        text = Path(MOUNTS).read_text()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, kind = "", None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # The table escapes spaces, tabs, newlines and backslashes in octal (\040).
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:

@@ -29,7 +29,7 @@ from deltastream.daemon.sinks import CallbackSink, parse_sink
 from deltastream.daemon.stream.reset import reset_stream
 from deltastream.daemon.stream.tailer import Mode, StartFrom, TailConfig, Tailer
 
-__all__ = ["CALLBACK", "Job", "change_tuple", "run_job"]
+__all__ = ["CALLBACK", "Job", "change_tuple", "run_job", "start_job", "wait_job"]
 
 #: A sink spec prefix for a callback sink that appends each delivery to a file.
 CALLBACK = "callback:"
@@ -53,6 +53,8 @@ class Job:
     error_file: str = ""
     #: The stream's ``max_rows_per_delivery`` (``None``: the sink's own).
     rows_per_delivery: int | None = ROWS_PER_DELIVERY
+    #: The stream's name.
+    name: str = STREAM
 
 
 def change_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -74,19 +76,19 @@ class _Recorder:
             os.fsync(f.fileno())
 
 
-def _sink(spec: str) -> Sink:
+def _sink(spec: str, name: str = STREAM) -> Sink:
     if spec.startswith(CALLBACK):
         return CallbackSink(_Recorder(spec.removeprefix(CALLBACK)), description=spec)
-    return parse_sink(spec, table=STREAM)
+    return parse_sink(spec, table=name)
 
 
 async def _main(job: Job) -> None:
     if job.action == "reset":
-        async with _sink(job.sink) as sink:
-            await reset_stream(STREAM, sink, job.state)
+        async with _sink(job.sink, job.name) as sink:
+            await reset_stream(job.name, sink, job.state)
         return
     config = TailConfig(
-        name=STREAM,
+        name=job.name,
         uri=job.uri,
         state=job.state,
         mode=Mode(job.mode),
@@ -97,7 +99,7 @@ async def _main(job: Job) -> None:
         max_rows_per_delivery=job.rows_per_delivery,
         checkpoint_every_versions=1,
     )
-    sink = _sink(job.sink)
+    sink = _sink(job.sink, job.name)
     tailer = Tailer(config, sink)
 
     async def stop_when_caught_up() -> None:
@@ -138,8 +140,8 @@ def _child(job: Job) -> None:
 _context: multiprocessing.context.ForkServerContext | None = None
 
 
-def run_job(job: Job, timeout: float = 60.0) -> int:
-    """Run ``job`` in a child process; its exit status."""
+def start_job(job: Job) -> multiprocessing.process.BaseProcess:
+    """Start ``job`` in a child process (see :func:`run_job`) and return it, running."""
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
@@ -159,9 +161,19 @@ def run_job(job: Job, timeout: float = 60.0) -> int:
         )
     process = _context.Process(target=_child, args=(job,))
     process.start()
+    return process
+
+
+def wait_job(process: multiprocessing.process.BaseProcess, job: Job, timeout: float = 60.0) -> int:
+    """Wait for a job's process to end; its exit status (killed after ``timeout``)."""
     process.join(timeout)
     if process.exitcode is None:
         process.kill()
         process.join()
         raise TimeoutError(f"{job} did not finish within {timeout}s")
     return process.exitcode
+
+
+def run_job(job: Job, timeout: float = 60.0) -> int:
+    """Run ``job`` in a child process; its exit status."""
+    return wait_job(start_job(job), job, timeout)

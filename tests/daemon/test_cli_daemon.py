@@ -443,4 +443,8 @@ def test_tail_follow_logs_one_start_line(tmp_path: Path) -> None:
         "t: stopped at v1",
     ]
     again = run_until(tmp_path / "again.log", "resuming at", *args)
-    assert again == ["t: resuming at v1", "SIGTERM received: stopping", "t: stopped at v1"]
+    assert again == [
+        "t: resuming at v1 (epoch 2)",
+        "SIGTERM received: stopping",
+        "t: stopped at v1",
+    ]

@@ -39,7 +39,9 @@ from deltastream.daemon.delivery import Delivery, Position, StreamRef
 from deltastream.daemon.service.config import parse_config
 from deltastream.daemon.sinks import DeltaSink, parse_sink
 from deltastream.daemon.sinks.delta import (
+    EPOCH_APP_PREFIX,
     RELEASED,
+    WRITER_APP_PREFIX,
     app_id,
     decode_position,
     delta_storage_options,
@@ -95,6 +97,29 @@ def rows_of(uri: str, columns: tuple[str, ...] = ("id", "name", "part")) -> list
 
 
 async def deltastream_txns(uri: str, options: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The target's txn versions by appId, but the streams' epochs (:func:`epochs`) and
+    writer marks."""
+    txns = await all_txns(uri, options)
+    marks = (EPOCH_APP_PREFIX, WRITER_APP_PREFIX)
+    return {a: v for a, v in txns.items() if not a.startswith(marks)}
+
+
+def last_operation(uri: str) -> Any:
+    """What deltastream's last commit to ``uri`` was (its ``commitInfo``)."""
+    return DeltaTable(uri).history(1)[0].get("deltastream.operation")
+
+
+async def epochs(uri: str) -> dict[str, int]:
+    """The streams' epochs the target holds, by stream."""
+    txns = await all_txns(uri)
+    return {
+        a.removeprefix(EPOCH_APP_PREFIX): v
+        for a, v in txns.items()
+        if a.startswith(EPOCH_APP_PREFIX)
+    }
+
+
+async def all_txns(uri: str, options: Mapping[str, str] | None = None) -> dict[str, int]:
     async with open_store(uri, options) as store:
         state, _ = await load_table_state(store)
     return {a: t.version for a, t in state.txns.items()}
@@ -395,7 +420,7 @@ async def test_a_null_or_missing_key_is_refused_and_nothing_committed(tmp_path: 
         "(version(s) 1); nothing was committed"
     )
     assert rows_of(target) == [(i, f"x{i}", f"p{i % 3}") for i in range(3)]  # version 0 only
-    assert DeltaTable(target).version() == 0
+    assert DeltaTable(target).version() == 1 and last_operation(target) == "claim"
     with pytest.raises(SinkRejectedError, match=r"merge key column\(s\) nope are not in the rows"):
         cfg = config(uri, tmp_path / "state2")
         await Tailer(cfg, parse_sink(f"delta:{target}-2?mode=merge&key=nope")).run()
@@ -508,26 +533,30 @@ async def test_a_gcs_target(tmp_path: Path, gcs_server: str) -> None:
 async def test_a_failed_commit_that_the_target_holds_is_not_repeated(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The txn is read again after a failure: a delivery whose commit failed because the
-    same delivery landed (here: a second sink of the stream, as a commit whose response was
-    lost would) is not committed twice."""
+    """The txns are read again after a failure: a delivery whose commit landed although
+    the call failed (a lost response) is not committed twice."""
     target = str(tmp_path / "mirror")
     spec = f"{target}?mode=merge&key=id"
-    first, twin = DeltaSink(spec, base_delay=0.0), DeltaSink(spec, base_delay=0.0)
+    sink = DeltaSink(spec, base_delay=0.0)
     events: list[Any] = []
-    first.retry_listener = events.append
-    await first.recover(StreamRef(STREAM, "state"), None, {})
-    await first.deliver(delivery(Position(1), Position(2), changes([1, 2], "insert", 1)))
-    await twin.recover(StreamRef(STREAM, "state"), None, {})
+    sink.retry_listener = events.append
+    await sink.recover(StreamRef(STREAM, "state"), None, {})
+    await sink.deliver(delivery(Position(1), Position(2), changes([1, 2], "insert", 1)))
+    real = sink._commit
+
+    def landed_but_lost(*args: Any) -> None:
+        real(*args)
+        raise OSError("connection reset by peer")
+
+    sink._commit = landed_but_lost  # type: ignore[method-assign]
     update_rows = pa.concat_tables(
         [changes([1], "update_preimage", 2), changes([1], "update_postimage", 2, name="y")]
     )
-    update = delivery(Position(2), Position(4), update_rows)
-    await twin.deliver(update)
     version = DeltaTable(target).version()
     with caplog.at_level(logging.WARNING, logger="deltastream"):
-        assert await first.deliver(update) == {"txn": encode_position(Position(4))}
-    assert events == [] and DeltaTable(target).version() == version
+        update = delivery(Position(2), Position(4), update_rows)
+        assert await sink.deliver(update) == {"txn": encode_position(Position(4))}
+    assert events == [] and DeltaTable(target).version() == version + 1
     assert any("but the target holds it: not repeated" in r.getMessage() for r in caplog.records)
     assert rows_of(target) == [(1, "y1", "p1"), (2, "x2", "p2")]
 
@@ -662,7 +691,8 @@ async def test_a_dropped_source_column_stops_the_stream_naming_both_schemas(
     message = str(caught.value)
     assert "the rows' schema (id long, part string, _change_type string" in message
     assert "(id long, name string, part string, _change_type string" in message
-    assert DeltaTable(target).version() == before
+    # Only the restarted stream's claim of the table (its epoch, no rows).
+    assert DeltaTable(target).version() == before + 1 and last_operation(target) == "claim"
 
 
 @pytest.mark.anyio

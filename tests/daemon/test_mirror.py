@@ -271,7 +271,9 @@ async def test_the_mirror_equals_the_source_after_a_kill_inside_a_merge_delivery
     assert await anyio.to_thread.run_sync(run_job, replace(job, crash=f"{point}:{nth}")) == (
         CRASH_EXIT_STATUS
     )
-    assert await anyio.to_thread.run_sync(run_job, job) == 0
+    error = tmp_path / "error"
+    status = await anyio.to_thread.run_sync(run_job, replace(job, error_file=str(error)))
+    assert status == 0, error.read_text() if error.exists() else status
     assert target.rows() == source_rows(uri)
 
 

@@ -43,6 +43,7 @@ from deltastream.daemon.stream.tailer import Tailer
 from deltastream.errors import (
     InvalidArgumentError,
     SinkError,
+    SinkFencedError,
     SinkInUseError,
     SinkRecoveryError,
     SinkRejectedError,
@@ -332,7 +333,7 @@ async def test_a_retried_delivery_that_was_committed_writes_nothing_more(
     await sink.deliver(first)  # as a retry would
     assert len(rows(postgres, pg_database, "SELECT * FROM changes")) == 2
     # A delivery that does not start where the database is: another process wrote rows.
-    with pytest.raises(SinkRecoveryError, match="holds stream 's''s rows up to v1, but this"):
+    with pytest.raises(SinkFencedError, match="holds stream 's''s rows up to v1, but this"):
         await sink.deliver(delivery(change_batch(pa.table({"id": [3]})), Position(0), Position(2)))
     await sink.aclose()
 
@@ -916,3 +917,87 @@ async def test_a_unix_socket_directory_passes_through(
     await sink.deliver(delivery(change_batch(pa.table({"id": [1]})), Position(0), Position(1)))
     await sink.aclose()
     assert rows(postgres, pg_database, "SELECT id FROM t") == [(1,)]
+
+
+# ------------------------------------------------------------------ least privilege, drops
+
+OFFSETS_DDL = (
+    "CREATE TABLE deltastream_offsets (stream text NOT NULL, target text PRIMARY KEY, "
+    'table_id text, version bigint, snapshot boolean, "offset" bigint, epoch bigint, '
+    "updated_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
+def least_privileged(postgres: PostgresServer, db: str, role: str, revoke: str = "") -> str:
+    """A role with only ``SELECT, INSERT, UPDATE, DELETE`` on a mirror and an offsets table
+    made beforehand (no ``CREATE`` anywhere: PostgreSQL 15 grants none on ``public``), less
+    ``revoke``; its spec for the mirror."""
+    with postgres.connect(db) as c:
+        c.execute(f"CREATE ROLE {role} LOGIN")
+        c.execute("CREATE TABLE mirror (id bigint PRIMARY KEY, name text, part text)")
+        c.execute(OFFSETS_DDL)
+        c.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        c.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON mirror, deltastream_offsets TO {role}")
+        if revoke:
+            c.execute(f"REVOKE {revoke} FROM {role}")
+    return postgres.url(db, user=role) + "?table=mirror&mode=merge&key=id"
+
+
+async def test_a_least_privileged_role_keeps_a_mirror_in_tables_made_for_it(
+    postgres: PostgresServer, pg_database: str, history: str, tmp_path: Path
+) -> None:
+    spec = least_privileged(postgres, pg_database, "ds_least")
+    latest = DeltaTable(history).version()
+    await run_until(config(history, tmp_path / "state"), PostgresSink(spec), latest)
+    assert mirror(postgres, pg_database) == source(history)
+
+
+async def test_a_missing_grant_is_named_in_one_line(
+    postgres: PostgresServer, pg_database: str, history: str, tmp_path: Path
+) -> None:
+    spec = least_privileged(
+        postgres, pg_database, "ds_short", revoke="UPDATE ON deltastream_offsets"
+    )
+    sink = PostgresSink(spec)
+    with pytest.raises(SinkRejectedError) as caught:
+        await Tailer(config(history, tmp_path / "state"), sink).run()
+    await sink.aclose()
+    assert str(caught.value) == (
+        f"{sink.description}: role 'ds_short' lacks UPDATE on table "
+        "public.deltastream_offsets, which the sink needs (GRANT UPDATE ON "
+        "public.deltastream_offsets TO ds_short); nothing was written"
+    )
+    assert rows(postgres, pg_database, "SELECT * FROM mirror") == []
+
+
+async def test_a_target_dropped_under_a_stream_is_not_made_anew(
+    postgres: PostgresServer, pg_database: str, history: str, tmp_path: Path
+) -> None:
+    """The offsets row says rows were delivered into a table that is gone: making it anew
+    would fill it from the stream's position on only. Refused, touching nothing."""
+    spec = postgres.url(pg_database) + "?table=changes"
+    await run_until(config(history, tmp_path / "state"), PostgresSink(spec), 2)
+    with postgres.connect(pg_database) as c:
+        c.execute("DROP TABLE changes")
+    sink = PostgresSink(spec)
+    with pytest.raises(SinkRecoveryError) as caught:
+        await Tailer(config(history, tmp_path / "state"), sink).run()
+    await sink.aclose()
+    _, _, version, snapshot, offset = offsets(postgres, pg_database)[0]
+    held = Position(version, snapshot, offset)
+    assert str(caught.value) == (
+        f"{sink.description}: the target table public.changes does not exist, but the "
+        f"stream's row in public.deltastream_offsets says its rows up to {held} were "
+        "delivered into it: it was dropped outside deltastream; nothing was touched. to "
+        "discard the stream's output and start over: "
+        + StreamRef("s", str(tmp_path / "state")).reset_command(sink.description)
+    )
+    with postgres.connect(pg_database) as c:
+        assert c.execute("SELECT to_regclass('changes')").fetchone()[0] is None
+
+
+def test_lock_timeout_is_a_number_of_seconds() -> None:
+    assert PostgresSpec.parse("postgresql://u@h/db?table=t&lock_timeout=2.5").lock_timeout == 2.5
+    assert PostgresSpec.parse("postgresql://u@h/db?table=t").lock_timeout == 10.0
+    with pytest.raises(InvalidArgumentError, match="lock_timeout must be a number of seconds"):
+        PostgresSpec.parse("postgresql://u@h/db?table=t&lock_timeout=soon")

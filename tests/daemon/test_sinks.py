@@ -101,8 +101,10 @@ def make_delivery(
     end: Position,
     batches: list[pa.RecordBatch],
     table: str = "orders",
+    epoch: int = 0,
 ) -> Delivery:
     return Delivery(
+        epoch=epoch,
         table=table,
         table_id=f"id-of-{table}",
         table_uri=f"/data/{table}",
@@ -129,7 +131,8 @@ def expected_row(version: int, i: int, change: str = "insert") -> dict[str, Any]
 
 # Three consecutive deliveries of versions 3, 4 (two batches) and 5..6 (no rows in 6).
 D1 = make_delivery(Position(3), Position(4), [batch(3, [1, 2])])
-D2 = make_delivery(Position(4), Position(5), [batch(4, [3]), batch(4, [4, 5], "delete")])
+#: Made by a process that holds the stream at epoch 7 (the http and exec sinks pass it on).
+D2 = make_delivery(Position(4), Position(5), [batch(4, [3]), batch(4, [4, 5], "delete")], epoch=7)
 D3 = make_delivery(Position(5), Position(7), [batch(5, [6])])
 #: What a restart after D1 was committed may deliver instead of D2 and D3.
 D23 = make_delivery(
@@ -786,6 +789,7 @@ async def test_http_posts_one_json_document_per_delivery(receiver: Receiver) -> 
     (req,) = receiver.requests
     assert req.headers["Content-Type"] == "application/json"
     assert req.headers["Idempotency-Key"] == D2.idempotency_key
+    assert req.headers["Deltastream-Epoch"] == "7"
     assert D2.idempotency_key == (
         "id-of-orders:00000000000000000004c000000000000-00000000000000000005c000000000000"
     )
@@ -797,6 +801,7 @@ async def test_http_posts_one_json_document_per_delivery(receiver: Receiver) -> 
         "to_version": 4,
         "start": {"version": 4, "snapshot": False, "offset": 0},
         "end": {"version": 5, "snapshot": False, "offset": 0},
+        "epoch": 7,
         "rows": rows_of(D2),
     }
 
@@ -1247,6 +1252,7 @@ async def test_exec_runs_the_command_with_the_batch_and_its_environment(
         "DELTASTREAM_BATCH_PATH": str(batch_path),
         "DELTASTREAM_ROWS": "3",
         "DELTASTREAM_IDEMPOTENCY_KEY": D2.idempotency_key,
+        "DELTASTREAM_EPOCH": "7",
     }
     assert seen["ids"] == [3, 4, 5]
     assert seen["columns"] == SCHEMA.names
@@ -1434,3 +1440,31 @@ def test_parse_sink_accepts_the_documented_forms(tmp_path: Path) -> None:
 def test_parse_sink_rejects_malformed_specs(spec: str) -> None:
     with pytest.raises(InvalidArgumentError, match=r"jsonl:PATH.*exec:COMMAND"):
         parse_sink(spec)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+async def test_a_file_sink_on_a_network_filesystem_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The marker's flock holds on one host only: an output on NFS (as the mount table
+    says) is refused before anything is written."""
+    from deltastream.storage import local
+
+    mounts = tmp_path / "mounts"
+    share = tmp_path / "share"
+    share.mkdir()
+    mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\nserver:/export {share} nfs4 rw 0 0\n")
+    monkeypatch.setattr(local, "MOUNTS", str(mounts))
+    output = share / ("out.jsonl" if kind == "jsonl" else "out")
+    sink = parse_sink(f"{kind}:{output}", table="orders")
+    with pytest.raises(InvalidArgumentError) as caught:
+        await sink.recover(REF, None, {})
+    await sink.aclose()
+    named = output if kind == "jsonl" else f"{output} (stream orders)"
+    assert str(caught.value) == (
+        f"{named}: {share if kind == 'jsonl' else output} is on a network filesystem "
+        "(nfs4), where the sink's lock holds on one host only: two hosts could both write the "
+        "output. Write it to a local disk (and copy it from there), or use an object store "
+        "with the delta sink"
+    )
+    assert sorted(p.name for p in share.iterdir()) == ([] if kind == "jsonl" else ["out"])

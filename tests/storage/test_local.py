@@ -607,3 +607,25 @@ async def test_a_lost_event_queue_wakes_every_feed(tmp_path: Path) -> None:
         for feed in (fq, fb):
             assert feed.take_lapse() == "the inotify event queue overflowed: events were lost"
             assert feed.take_lapse() is None
+
+
+def test_filesystem_type_is_that_of_the_longest_mount_point_holding_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deltastream.storage import local
+
+    share = tmp_path / "my share"
+    (share / "deep").mkdir(parents=True)
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "/dev/sda1 / ext4 rw 0 0\n"
+        f"server:/export {str(share).replace(' ', chr(92) + '040')} nfs4 rw 0 0\n"
+        f"tmpfs {tmp_path}/my tmpfs rw 0 0\n"
+    )
+    monkeypatch.setattr(local, "MOUNTS", str(mounts))
+    assert local.filesystem_type(share / "deep") == "nfs4"
+    assert local.filesystem_type(share) == "nfs4"
+    assert local.filesystem_type(tmp_path) == "ext4"
+    assert local.filesystem_type(tmp_path / "my") == "tmpfs"
+    monkeypatch.setattr(local, "MOUNTS", str(tmp_path / "absent"))
+    assert local.filesystem_type(tmp_path) is None

@@ -37,9 +37,18 @@ __all__ = [
 ]
 
 #: Every value of :attr:`TableMetrics.status`, in the order a stream usually passes them.
-STREAM_STATES = ("starting", "snapshot", "following", "retrying", "failed", "stopped")
-#: The states of a stream that no longer runs (failed for good, or stopped).
-ENDED_STATES = frozenset({"failed", "stopped"})
+STREAM_STATES = (
+    "starting",
+    "snapshot",
+    "following",
+    "retrying",
+    "failed",
+    "fenced",
+    "stopped",
+)
+#: The states of a stream that no longer runs (failed for good, given up to another process
+#: that took it over, or stopped).
+ENDED_STATES = frozenset({"failed", "fenced", "stopped"})
 
 # Histogram buckets (upper bounds, seconds; ``+Inf`` is implicit).
 # fmt: off

@@ -50,6 +50,7 @@ from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,
     OutputClosedError,
+    SinkFencedError,
     is_transient,
 )
 from deltastream.storage.retry import backoff_delay
@@ -294,13 +295,17 @@ class Service:
                 return
             except Exception as e:
                 if isinstance(e, DeltaStreamError) and not is_transient(e):
-                    metrics.status = "failed"
+                    # Fenced: another process of the stream took it over; this one gives it
+                    # up for good (restarting it would take the stream back).
+                    metrics.status = "fenced" if isinstance(e, SinkFencedError) else "failed"
                     metrics.record_error(str(e))
                     metrics.errors += 1
                     self.failures[name] = e
                     # A closed standard output (``tail … | head``) is how such a run ends.
                     if isinstance(e, OutputClosedError):
                         level = logging.INFO
+                    elif isinstance(e, SinkFencedError):
+                        level = logging.WARNING
                     else:
                         level = logging.ERROR if self._log_failures else logging.DEBUG
                     log.log(
@@ -357,6 +362,8 @@ class Service:
         m = self.metrics[name]
         if m.status == "failed":
             return "failed for good"
+        if m.status == "fenced":
+            return "fenced: another process took the stream over"
         since = m.retrying_since
         if since is not None and now - since > cfg.degraded_after_seconds:
             return f"retrying for {now - since:.0f}s without success"

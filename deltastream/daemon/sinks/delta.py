@@ -59,6 +59,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import secrets
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -93,6 +96,7 @@ from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,
     SinkError,
+    SinkFencedError,
     SinkInUseError,
     SinkRecoveryError,
     SinkRejectedError,
@@ -111,7 +115,9 @@ if TYPE_CHECKING:
     import deltalake
 
 __all__ = [
+    "EPOCH_APP_PREFIX",
     "RELEASED",
+    "WRITER_APP_PREFIX",
     "DeltaSink",
     "DeltaSpec",
     "StreamTxn",
@@ -119,10 +125,12 @@ __all__ = [
     "decode_position",
     "delta_storage_options",
     "encode_position",
+    "epoch_app_id",
     "is_released",
     "owning_txns",
     "parse_app_id",
     "rows_in",
+    "writer_app_id",
 ]
 
 T = TypeVar("T")
@@ -138,6 +146,34 @@ _VERSION_LIMIT: Final = 1 << 31
 def app_id(stream: str, table_id: str) -> str:
     """The ``txn`` appId of ``stream``'s commits of rows of table ``table_id``."""
     return f"{APP_ID_PREFIX}{stream}:{table_id}"
+
+
+#: The ``appId`` prefix of the ``txn`` holding a stream's epoch in a target.
+EPOCH_APP_PREFIX: Final = "deltastream-epoch:"
+
+
+def epoch_app_id(stream: str) -> str:
+    """The ``txn`` appId whose version is the epoch of the last process of ``stream`` that
+    claimed or committed to the target (see :class:`DeltaSink`). Not an :func:`app_id`: it
+    owns nothing, and a reset leaves it (epochs only grow)."""
+    return f"{EPOCH_APP_PREFIX}{stream}"
+
+
+#: The ``appId`` prefix of the ``txn`` naming the sink run that made a stream's last commit.
+WRITER_APP_PREFIX: Final = "deltastream-writer:"
+
+
+def writer_app_id(stream: str) -> str:
+    """The ``txn`` appId whose version is a random number drawn by each run of the sink
+    (:meth:`DeltaSink.recover`) and set by its every commit: after a failed call, it tells
+    whether the commit that landed is this run's own (a lost response) or another
+    process's, even one of the same epoch."""
+    return f"{WRITER_APP_PREFIX}{stream}"
+
+
+def process_name() -> str:
+    """``host:pid``, for a commit's ``commitInfo``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def parse_app_id(value: str) -> tuple[str, str] | None:
@@ -475,6 +511,10 @@ class DeltaSink(Sink):
         #: The target as last loaded or committed to (``None``: load it again).
         self._table: deltalake.DeltaTable | None = None
         self._checked_properties = False
+        #: The next commit creates the table (its checks found none), failing if it exists.
+        self._create_only = False
+        #: This run's mark in its commits (:func:`writer_app_id`), drawn by recover.
+        self._writer = 0
         #: Commits that failed and were retried, for tests and metrics.
         self.retries = 0
 
@@ -488,12 +528,15 @@ class DeltaSink(Sink):
 
     # -------------------------------------------------------------- recovery
 
-    async def _target_state(self, *, files: bool = False) -> LogState | None:
-        """The target's state read with deltastream's log reader (with ``files``, its live
-        files too); ``None`` if there is no table at the target yet."""
+    async def _target_state(
+        self, *, files: bool = False, version: int | None = None
+    ) -> LogState | None:
+        """The target's state (at ``version``; default the latest) read with deltastream's
+        log reader (with ``files``, its live files too); ``None`` if there is no table at
+        the target yet."""
         try:
             async with open_store(self.uri, self._store_options) as store:
-                state, _ = await load_table_state(store, files=files)
+                state, _ = await load_table_state(store, version, files=files)
         except TableNotFoundError:
             return None
         return state
@@ -531,6 +574,7 @@ class DeltaSink(Sink):
     ) -> HeldPosition | None:
         self._stream = stream.name
         self._table = None
+        self._writer = secrets.randbits(62)
         txns = await self._target_txns()
         ours = self._owned(txns or {}, stream, reset=False)
         if len(ours) > 1:
@@ -540,6 +584,7 @@ class DeltaSink(Sink):
                 f"the table at {self.uri} holds rows of stream {stream.name!r} from several "
                 f"tables ({tables}); give the stream a table of its own",
             )
+        await self._claim(stream, txns)
         if ours:
             self._held = ours[0].version
             return HeldPosition(decode_position(ours[0].version), ours[0].table_id)
@@ -567,12 +612,109 @@ class DeltaSink(Sink):
             await self._check_empty()
         return None
 
-    async def _check_empty(self) -> None:
+    async def _claim(self, stream: StreamRef, txns: Mapping[str, int] | None) -> None:
+        """Choose the epoch this sink's commits carry: above the target's, and at least the
+        one the stream claimed through its state (:attr:`StreamRef.epoch`), so that the
+        process that starts last takes the stream over (a standby from a frozen holder, a
+        restarted process from a stale one; a state restored from an older copy too). A
+        stream claimed through its state records it in an existing target at once, in a
+        commit of the epoch ``txn`` alone, so that an older process commits nothing more. A
+        new stream's is recorded with its first commit (two processes starting a new stream
+        on one state directory: the state lets one through, whose epoch no claim of the
+        other can have raised)."""
+        held = (txns or {}).get(epoch_app_id(stream.name), 0)
+        self.epoch = max(stream.epoch, held + 1)
+        if not stream.epoch or txns is None:
+            return  # a new stream, or no table yet: the first commit records it
+
+        async def attempt() -> None:
+            try:
+                await anyio.to_thread.run_sync(self._commit_claim)
+            except Exception as e:
+                if _transient_cause(e) is None:
+                    raise
+                self._table = None
+                now = (await self._target_txns() or {}).get(epoch_app_id(stream.name), 0)
+                if now >= self.epoch:  # another process claimed it meanwhile
+                    raise self._fenced(now, "while this one claimed it") from e
+                raise
+
+        await self._retrying("claim", f"the claim of epoch {self.epoch}", attempt)
+
+    async def _check_unowned(self, what: str) -> None:
+        """Before the stream's first commit to the target: the table version that commit
+        will land on (delta-rs retries nothing) holds no other stream's txn, and no rows
+        unless some are the stream's. A table created or taken by another stream since
+        :meth:`recover` is refused, nothing written."""
+        seen = await anyio.to_thread.run_sync(self._loaded_version)
+        if seen is None:
+            return  # none yet: this commit creates it, unless another one did first
+        state = await self._target_state(version=seen)
+        txns = {} if state is None else {a: t.version for a, t in state.txns.items()}
+        others = [t.stream for t in owning_txns(txns) if t.stream != self._stream]
+        if others:
+            raise SinkInUseError(
+                self._spec,
+                f"stream {others[0]!r} took the table at {self.uri} before the commit of "
+                f"{what}; a delta target holds one stream's rows: nothing was committed",
+            )
+        if not any(t.stream == self._stream for t in owning_txns(txns)):
+            await self._check_empty(seen)
+
+    def _loaded_version(self) -> int | None:
+        """The version of the target :meth:`_commit` will commit on (``None``: none yet,
+        and then it creates one, or fails if another writer did meanwhile)."""
+        table = self._load()
+        self._create_only = table is None
+        return None if table is None else int(table.version())
+
+    def _commit_claim(self) -> None:
+        table = self._load()
+        if table is None:
+            return  # removed meanwhile
+        now = table.transaction_version(epoch_app_id(self._stream or "")) or 0
+        if now >= self.epoch:
+            raise self._fenced(now, "while this one claimed it")
+        self._commit_txns(table, self._properties([], "claim"))
+
+    def _fenced(self, epoch: int, when: str) -> SinkFencedError:
+        return SinkFencedError(
+            self._spec,
+            f"another process took stream {self._stream!r} over{' ' + when if when else ''}: "
+            f"the table at "
+            f"{self.uri} holds its epoch {epoch}, and this process's is {self.epoch}; "
+            "nothing was committed, and this process gives the stream up",
+            self.epoch,
+        )
+
+    def _properties(self, txns: Sequence[tuple[str, int]], what: str, *, epoch: bool = True) -> Any:
+        """The ``CommitProperties`` of a commit of this sink: the ``txn`` actions (with the
+        stream's epoch, but for a reset's), who wrote it in ``commitInfo``, and no retries
+        by delta-rs: a commit lands on exactly the table version its checks read, or fails
+        and is checked again (see :meth:`deliver`)."""
+        dl = _deltalake()
+        stream = self._stream or ""
+        actions = [dl.Transaction(a, v) for a, v in txns]
+        if epoch:
+            actions.append(dl.Transaction(epoch_app_id(stream), self.epoch))
+            actions.append(dl.Transaction(writer_app_id(stream), self._writer))
+        return dl.CommitProperties(
+            app_transactions=actions,
+            max_commit_retries=0,
+            custom_metadata={
+                "deltastream.stream": stream,
+                "deltastream.epoch": self.epoch,
+                "deltastream.process": process_name(),
+                "deltastream.operation": what,
+            },
+        )
+
+    async def _check_empty(self, version: int | None = None) -> None:
         """An existing target that no stream owns must hold no rows (created empty, or
         emptied and released by a reset): a stream neither appends to nor merges into rows
         it did not write, and a reset never removes them. Counted from the log alone
-        (:func:`rows_in`): no data file is read."""
-        state = await self._target_state(files=True)
+        (:func:`rows_in`): no data file is read. (At ``version``: default the latest.)"""
+        state = await self._target_state(files=True, version=version)
         if state is None:  # removed meanwhile: the first commit creates it
             return
         holding, rows = rows_in(state.files)
@@ -644,26 +786,40 @@ class DeltaSink(Sink):
         what = f"{delivery.num_rows} rows of {delivery.table} ({delivery.start} to {delivery.end})"
 
         async def attempt() -> None:
+            if self._held is None:
+                await self._check_unowned(what)
             try:
-                await anyio.to_thread.run_sync(self._commit, data, app, version)
+                await anyio.to_thread.run_sync(self._commit, data, app, version, delivery)
             except Exception as e:
-                if _transient_cause(e) is None:
+                cause = _transient_cause(e)
+                if cause is None:
                     raise
                 self._table = None  # another writer moved the table: load it again
-                # The failed call may have committed after all (a lost response): the txn
-                # says, before anything is retried.
-                held = (await self._target_txns() or {}).get(app)
-                if held is not None and held >= version:
+                # The failed call may have committed after all (a lost response): the txns
+                # say, before anything is retried.
+                txns = await self._target_txns() or {}
+                self._create_only = False
+                held, epoch = txns.get(app), txns.get(epoch_app_id(self._stream or ""), 0)
+                writer = txns.get(writer_app_id(self._stream or ""))
+                if held is not None and held >= version and writer == self._writer:
                     log.warning(
                         "%s: the commit of %s failed (%s), but the target holds it: not repeated",
                         self._spec,
                         what,
-                        _transient_cause(e),
+                        cause,
                     )
                     return
-                # The writer that won may have taken the stream's position back (a reset, or
-                # the table replaced): a retry would commit into what it left.
-                self._check_held(held, f"the commit of {what} failed ({_transient_cause(e)}), and ")
+                # The writer that won may be another stream (a target both started on), a
+                # process of this stream that took it over, or a reset or a replacement of
+                # the table: a retry would commit into what it left.
+                others = [t.stream for t in owning_txns(txns) if t.stream != self._stream]
+                if others:
+                    raise SinkInUseError(
+                        self._spec,
+                        f"the commit of {what} failed ({cause}): stream {others[0]!r} took "
+                        f"the table at {self.uri} meanwhile; nothing was committed",
+                    ) from e
+                self._check_fence(held, epoch, f"the commit of {what} failed ({cause}), and ")
                 raise
 
         await self._retrying("commit", f"commit of {what}", attempt)
@@ -677,7 +833,7 @@ class DeltaSink(Sink):
     async def reset_lock(self, stream: StreamRef) -> AsyncIterator[None]:
         # A target owned by another stream is refused before the reset records itself, so
         # that the refusal changes nothing. (A Delta target has no lock to hold: a stream
-        # running on it meanwhile stops at its next commit, see _check_held.)
+        # running on it meanwhile stops at its next commit, see _check_fence.)
         self._owned(await self._target_txns() or {}, stream, reset=True)
         yield
 
@@ -734,7 +890,7 @@ class DeltaSink(Sink):
         its version (``None``: the table is gone). A target without files takes a commit
         of the ``txn`` alone (delta-rs's delete commits nothing when nothing is removed)."""
         dl = _deltalake()
-        props = dl.CommitProperties(app_transactions=[dl.Transaction(a, RELEASED) for a in apps])
+        props = self._properties([(a, RELEASED) for a in apps], "reset", epoch=False)
         hooks = dl.PostCommitHookProperties(create_checkpoint=True)
         table = self._load()
         if table is None:  # removed meanwhile: no rows, no txn left
@@ -742,15 +898,7 @@ class DeltaSink(Sink):
         before = table.version()
         metrics = table.delete(commit_properties=props, post_commithook_properties=hooks)
         if table.version() == before:
-            table.create_write_transaction(
-                [],
-                mode="append",
-                schema=table.schema(),
-                partition_by=list(table.metadata().partition_columns) or None,
-                commit_properties=props,
-                post_commithook_properties=hooks,
-            )
-            table.update_incremental()
+            self._commit_txns(table, props)
         return int(metrics.get("num_deleted_rows") or 0), table.version()
 
     def _load(self) -> deltalake.DeltaTable | None:
@@ -765,33 +913,65 @@ class DeltaSink(Sink):
                 return None
         return self._table
 
-    def _check_held(self, held: int | None, context: str = "") -> None:
-        """Raise :class:`SinkRecoveryError` if the target's txn for the stream (``held``)
-        is behind the position the stream holds there: the target was reset (the txn
-        released) or replaced while the stream ran, and a commit would land in what that
-        left."""
-        if self._held is None or (held is not None and held >= self._held):
-            return
+    def _check_fence(self, held: int | None, epoch: int, context: str = "") -> None:
+        """Raise if the target no longer holds the stream where this process left it
+        (``held``: its txn for the stream now; ``epoch``: the stream's epoch there): behind
+        it or gone, the target was reset or replaced while the stream ran
+        (:class:`SinkRecoveryError`); a newer epoch, or a position moved on, means another
+        process of the stream took it over (:class:`SinkFencedError`). Nothing is committed
+        either way."""
+        if epoch > self.epoch:
+            raise self._fenced(epoch, "")
         found = "none" if held is None else _describe_txn(held)
-        raise SinkRecoveryError(
+        if held is not None and is_released(held):
+            held = None  # a reset released it: the stream holds nothing there
+        if held == self._held:
+            return
+        if self._held is not None and (held is None or held < self._held):
+            raise SinkRecoveryError(
+                self._spec,
+                f"{context}the table at {self.uri} no longer holds the stream's position "
+                f"{decode_position(self._held)} (its txn: {found}): the target was reset or "
+                "replaced while the stream ran; nothing was committed",
+            )
+        assert held is not None
+        mine = "none" if self._held is None else str(decode_position(self._held))
+        if epoch < self.epoch:
+            # An older process committed after this one claimed the stream, before the
+            # claim reached the table (a new stream records it with its first commit): it
+            # loses at its state's next commit. This one resumes where the table is.
+            raise SinkError(
+                self._spec,
+                f"{context}an older process of stream {self._stream!r} (epoch {epoch}, this "
+                f"one's {self.epoch}) committed its rows up to {_describe_txn(held)} to the "
+                f"table at {self.uri} after this one took the stream over; nothing was "
+                "committed, and the stream restarts from the table's position",
+            )
+        raise SinkFencedError(
             self._spec,
-            f"{context}the table at {self.uri} no longer holds the stream's position "
-            f"{decode_position(self._held)} (its txn: {found}): the target was reset or "
-            "replaced while the stream ran; nothing was committed",
+            f"{context}another process of stream {self._stream!r} committed to the table at "
+            f"{self.uri}: it holds the stream's rows up to {_describe_txn(held)}, not "
+            f"{mine} where this process left them (epoch {self.epoch}, the table's {epoch}); "
+            "nothing was committed, and this process gives the stream up",
+            self.epoch,
         )
 
-    def _commit(self, data: pa.Table, app: str, version: int) -> None:
+    def _commit(self, data: pa.Table, app: str, version: int, delivery: Delivery) -> None:
         dl = _deltalake()
-        props = dl.CommitProperties(app_transactions=[dl.Transaction(app, version)])
+        props = self._properties([(app, version)], f"{delivery.start}..{delivery.end}")
         hooks = dl.PostCommitHookProperties(create_checkpoint=True)
         merge = self.target.mode == "merge"
-        loaded = self._table is not None
-        table = self._load()
-        if not loaded:
-            # Loaded anew (the first commit, or after a conflict): a table that no longer
-            # holds the stream's position must not take its rows. (A table kept loaded is
-            # checked by delta-rs: a commit on it loses to the reset's or replacement's.)
-            self._check_held(None if table is None else table.transaction_version(app))
+        # Where the first commit's checks found no table, it creates one, whatever is there
+        # by now: a table another writer created meanwhile makes the creation fail.
+        table = None if self._create_only else self._load()
+        if table is not None:
+            # What this commit lands on: the stream's position where this process left it,
+            # and no newer epoch. delta-rs does not retry (max_commit_retries=0), so a commit
+            # of another writer after these reads fails this one, which is checked again.
+            epoch = table.transaction_version(epoch_app_id(self._stream or "")) or 0
+            self._check_fence(table.transaction_version(app), epoch)
+        elif self._held is not None:
+            self._check_fence(None, 0)
         if table is None:
             rows = data
             if merge:  # a new mirror: the keys whose last change is no removal
@@ -816,6 +996,7 @@ class DeltaSink(Sink):
         self._refuse_duplicates(table, data)
         predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys)
         flag = f"s.{_quote(DELETE)}"
+        before = table.version()
         (
             table.merge(
                 data,
@@ -831,6 +1012,23 @@ class DeltaSink(Sink):
             .when_not_matched_insert_all(predicate=f"NOT {flag}", except_cols=list(FLAGS))
             .execute()
         )
+        if table.version() == before:
+            # A merge that changes nothing (keys added and removed within the delivery)
+            # commits nothing in delta-rs: the position still must reach the table.
+            self._commit_txns(table, props)
+
+    def _commit_txns(self, table: deltalake.DeltaTable, props: Any) -> None:
+        """A commit of ``props``' txns (and ``commitInfo``) alone, no data file."""
+        dl = _deltalake()
+        table.create_write_transaction(
+            [],
+            mode="append",
+            schema=table.schema(),
+            partition_by=list(table.metadata().partition_columns) or None,
+            commit_properties=props,
+            post_commithook_properties=dl.PostCommitHookProperties(create_checkpoint=True),
+        )
+        table.update_incremental()
 
     def _refuse_duplicates(self, table: deltalake.DeltaTable, data: pa.Table) -> None:
         """Raise :func:`duplicate_key_error` if the target holds a key the delivery adds
@@ -861,16 +1059,26 @@ class DeltaSink(Sink):
                 f"{', '.join(rows.column_names)}); nothing was committed",
             )
         interval = self.target.checkpoint_interval
-        dl.write_deltalake(
-            self.uri,
-            rows,
-            mode="append",
-            partition_by=list(self.target.partition_by) or None,
-            configuration=None if interval is None else {"delta.checkpointInterval": str(interval)},
-            storage_options=self._delta_options,
-            commit_properties=props,
-            post_commithook_properties=hooks,
-        )
+        try:
+            # Create only ("error": fail if a table is there): another writer may have
+            # created one since this commit's checks found none.
+            dl.write_deltalake(
+                self.uri,
+                rows,
+                mode="error",
+                partition_by=list(self.target.partition_by) or None,
+                configuration=None
+                if interval is None
+                else {"delta.checkpointInterval": str(interval)},
+                storage_options=self._delta_options,
+                commit_properties=props,
+                post_commithook_properties=hooks,
+            )
+        except dl.exceptions.DeltaError as e:
+            if "already exists" not in str(e):
+                raise
+            raise _TableAppearedError(str(e)) from e
+        self._create_only = False
         log.info(
             "%s: created the Delta table %s (%d columns%s)",
             self._spec,
@@ -932,6 +1140,11 @@ def _describe_txn(version: int) -> str:
     return "released" if is_released(version) else str(decode_position(version))
 
 
+class _TableAppearedError(Exception):
+    """A table was created at the target after the checks of a commit that was to create
+    it: the commit is checked again against that table (a retry)."""
+
+
 def _transient_cause(error: BaseException) -> str | None:
     """One line saying why a commit failed if retrying may help (a concurrent writer won,
     the store failed), else ``None`` (deltastream's own errors included: a
@@ -939,7 +1152,7 @@ def _transient_cause(error: BaseException) -> str | None:
     dl = _deltalake()
     if isinstance(error, DeltaStreamError):
         return None
-    if isinstance(error, dl.exceptions.CommitFailedError | OSError):
+    if isinstance(error, dl.exceptions.CommitFailedError | OSError | _TableAppearedError):
         first = str(error).strip().splitlines()
         return f"{type(error).__name__}: {first[0] if first else ''}".rstrip(": ")
     return None

@@ -81,8 +81,11 @@ class ExecSink(Sink):
     removed by :meth:`aclose`), then ``/bin/sh -c COMMAND`` runs with the inherited
     environment plus ``env`` and ``DELTASTREAM_TABLE``, ``DELTASTREAM_TABLE_URI``,
     ``DELTASTREAM_TABLE_ID``, ``DELTASTREAM_FROM_VERSION``, ``DELTASTREAM_TO_VERSION``,
-    ``DELTASTREAM_BATCH_PATH`` (the parquet file), ``DELTASTREAM_ROWS`` and
-    ``DELTASTREAM_IDEMPOTENCY_KEY``. Exit status 0 acknowledges (the file is then deleted);
+    ``DELTASTREAM_BATCH_PATH`` (the parquet file), ``DELTASTREAM_ROWS``,
+    ``DELTASTREAM_IDEMPOTENCY_KEY`` and ``DELTASTREAM_EPOCH`` (the stream's epoch in this
+    process, :attr:`~deltastream.daemon.delivery.Delivery.epoch`: a job that records the
+    highest it has seen can refuse a lower one, from a process that lost the stream). Exit
+    status 0 acknowledges (the file is then deleted);
     anything else, or running longer than ``timeout`` seconds (default
     :data:`EXEC_TIMEOUT`, the ``exec_timeout`` setting;
     ``None``: no bound), is logged with the last ``stderr_lines`` lines of the command's
@@ -169,6 +172,7 @@ class ExecSink(Sink):
             "DELTASTREAM_BATCH_PATH": str(batch_path),
             "DELTASTREAM_ROWS": str(delivery.num_rows),
             "DELTASTREAM_IDEMPOTENCY_KEY": delivery.idempotency_key,
+            "DELTASTREAM_EPOCH": str(delivery.epoch),
         }
 
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:

@@ -76,6 +76,7 @@ def _http_body(delivery: Delivery) -> bytes:
             "to_version": delivery.to_version,
             "start": delivery.start.to_json(),
             "end": delivery.end.to_json(),
+            "epoch": delivery.epoch,
         },
         ensure_ascii=False,
     )
@@ -147,9 +148,12 @@ class HttpSink(Sink):
 
         {"table": ..., "table_id": ..., "table_uri": ..., "from_version": ..., "to_version": ...,
          "start": {"version": ..., "snapshot": ..., "offset": ...}, "end": {...},
-         "rows": [{...}, ...]}
+         "epoch": ..., "rows": [{...}, ...]}
 
-    with ``Content-Type: application/json`` and ``Idempotency-Key``. Any 2xx acknowledges.
+    with ``Content-Type: application/json``, ``Idempotency-Key`` and ``Deltastream-Epoch``
+    (the stream's epoch in the sending process, :attr:`Delivery.epoch`: a receiver that keeps
+    the highest it has seen per stream and refuses a lower one with a 4xx fences off a
+    process that lost the stream). Any 2xx acknowledges.
     Connection errors, timeouts (``timeout`` seconds per attempt), 5xx, 408, 409 and 429 are
     retried with exponential backoff and full jitter (``base_delay``, capped at
     ``max_delay``), or after the ``Retry-After`` the server asked for (capped at
@@ -235,6 +239,7 @@ class HttpSink(Sink):
             **self.headers,
             "Content-Type": "application/json",
             "Idempotency-Key": delivery.idempotency_key,
+            "Deltastream-Epoch": str(delivery.epoch),
         }
         what = f"{delivery.num_rows} rows of {delivery.table} ({delivery.start} to {delivery.end})"
 

@@ -3,7 +3,9 @@
 A file sink (``jsonl:PATH``, ``parquet:DIR``) keeps a small hidden file beside its output
 (``.out.jsonl.deltastream``; ``.{stream}.deltastream`` in a parquet directory) and holds an
 exclusive ``flock`` on it while a stream writes the output: a second stream, in this process
-or another, fails with :class:`~deltastream.errors.SinkInUseError` naming the owner.
+or another on the same host, fails with :class:`~deltastream.errors.SinkInUseError` naming
+the owner. A ``flock`` holds on one host only, so an output on a network filesystem is
+refused (:func:`refuse_network_filesystem`).
 
 The marker also records, durably and *before* any row of a delivery is written, where that
 delivery starts: the stream position and the output's size then. That record is what lets
@@ -26,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from deltastream.daemon.delivery import Position, StreamRef
-from deltastream.errors import SinkInUseError, StorageError
-from deltastream.storage.local import fsync_path
+from deltastream.errors import InvalidArgumentError, SinkInUseError, StorageError
+from deltastream.storage.local import NETWORK_FILESYSTEMS, filesystem_type, fsync_path
 
-__all__ = ["Intent", "OutputMarker"]
+__all__ = ["Intent", "OutputMarker", "refuse_network_filesystem"]
 
 _FORMAT = 1
 #: Records are padded to this size and written in place with one ``pwrite``.
@@ -53,6 +55,20 @@ class Intent:
         return self.stream == stream and self.start == committed and self.offset == size
 
 
+def refuse_network_filesystem(directory: Path, output: str) -> None:
+    """Refuse an output on a filesystem shared between hosts
+    (:data:`~deltastream.storage.local.NETWORK_FILESYSTEMS`): the marker's ``flock`` holds
+    only on one host, so two streams on two hosts could both write the output."""
+    kind = filesystem_type(directory)
+    if kind in NETWORK_FILESYSTEMS:
+        raise InvalidArgumentError(
+            f"{output}: {directory} is on a network filesystem ({kind}), where the sink's "
+            "lock holds on one host only: two hosts could both write the output. Write it to "
+            "a local disk (and copy it from there), or use an object store with the delta "
+            "sink"
+        )
+
+
 class OutputMarker:
     """The marker at ``path`` guarding ``output`` (named in messages)."""
 
@@ -73,6 +89,7 @@ class OutputMarker:
             return self._read(self._fd)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            refuse_network_filesystem(self.path.parent, self.output)
             existed = self.path.exists()
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:

@@ -93,6 +93,7 @@ from deltastream.errors import (
     DeltaStreamError,
     InvalidArgumentError,
     SinkError,
+    SinkFencedError,
     SinkInUseError,
     SinkRecoveryError,
     SinkRejectedError,
@@ -106,14 +107,16 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
 
-__all__ = ["SCHEMES", "PostgresSink", "PostgresSpec", "require_driver"]
+__all__ = ["SCHEMES", "PostgresSink", "PostgresSpec", "require_driver", "required_grants"]
 
 T = TypeVar("T")
 
 #: The spec's schemes (libpq's two).
 SCHEMES = ("postgresql", "postgres")
 #: The query parameters the sink takes for itself; the others go to libpq.
-_OWN = ("table", "mode", "key", "offsets_table")
+_OWN = ("table", "mode", "key", "offsets_table", "lock_timeout")
+#: How long claiming a stream waits for its offsets row (seconds), unless the spec says.
+DEFAULT_LOCK_TIMEOUT = 10.0
 DEFAULT_OFFSETS_TABLE = "deltastream_offsets"
 #: The temporary table of merge mode.
 _LOAD = "_deltastream_load"
@@ -173,6 +176,8 @@ class PostgresSpec:
     offsets_table: str
     #: The password given in the spec (``user:PASSWORD@`` or ``password=``), if any.
     password: str | None = field(default=None, repr=False)
+    #: How long claiming the stream waits for its offsets row, held by another session.
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
 
     @classmethod
     def parse(cls, spec: str) -> PostgresSpec:
@@ -233,6 +238,17 @@ class PostgresSpec:
         )
         if password is not None:
             password = expand_env(password, f"{what}: the password")
+        lock_timeout = DEFAULT_LOCK_TIMEOUT
+        if "lock_timeout" in own:
+            try:
+                lock_timeout = float(own["lock_timeout"])
+            except ValueError:
+                lock_timeout = -1.0
+            if not 0 < lock_timeout < 86_400:
+                raise InvalidArgumentError(
+                    f"sink {description}: lock_timeout must be a number of seconds above 0, "
+                    f"not {own['lock_timeout']!r}"
+                )
         return cls(
             description=description,
             conninfo=conninfo,
@@ -243,7 +259,37 @@ class PostgresSpec:
             offsets_schema=offsets_schema,
             offsets_table=offsets_table,
             password=password,
+            lock_timeout=lock_timeout,
         )
+
+
+def required_grants(
+    mode: str, offsets_exist: bool, target_exists: bool
+) -> list[tuple[str, str, str]]:
+    """The privileges a sink's role needs, as ``(kind, object, privilege)`` with kind
+    ``table``, ``schema`` or ``database`` and object ``offsets`` or ``target`` (the schema
+    of either) or ``database``: on the offsets table ``SELECT, INSERT, UPDATE`` (or
+    ``CREATE`` on its schema to make it); on the target ``SELECT, INSERT`` in append mode and
+    ``SELECT, INSERT, UPDATE, DELETE`` in merge mode (or ``CREATE`` on its schema); and in
+    merge mode ``TEMPORARY`` on the database (each session loads a delivery into a temporary
+    table). A reset also needs ``DELETE`` on the offsets table and ``TRUNCATE`` on the
+    target, checked by PostgreSQL when it runs."""
+    needed: list[tuple[str, str, str]] = []
+    if offsets_exist:
+        needed += [("table", "offsets", p) for p in ("SELECT", "INSERT", "UPDATE")]
+    else:
+        needed.append(("schema", "offsets", "CREATE"))
+    if target_exists:
+        privileges = ("SELECT", "INSERT") if mode == "append" else MERGE_PRIVILEGES
+        needed += [("table", "target", p) for p in privileges]
+    else:
+        needed.append(("schema", "target", "CREATE"))
+    if mode == "merge":
+        needed.append(("database", "database", "TEMPORARY"))
+    return needed
+
+
+MERGE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 
 def _csv(rows: pa.Table) -> bytes:
@@ -296,6 +342,12 @@ def _permanent(description: str, error: Exception, what: str) -> DeltaStreamErro
         if diag.context:
             problem += f"; {' '.join(diag.context.split())}"
         return SinkRejectedError(description, f"{problem}; nothing of it was committed")
+    if isinstance(error, psycopg.errors.InsufficientPrivilege):
+        return SinkRejectedError(
+            description,
+            f"{what}: {_one_line(error)} (the sink's role lacks a grant it needs: see the "
+            "grants in the PostgreSQL sink's documentation)",
+        )
     return SinkRejectedError(description, f"{what}: {_one_line(error)}")
 
 
@@ -309,6 +361,8 @@ class _Held:
     stream: str
     table_id: str | None
     position: Position | None
+    #: The epoch of the last process that claimed the stream or committed its rows.
+    epoch: int = 0
 
 
 class PostgresSink(Sink):
@@ -479,8 +533,9 @@ class PostgresSink(Sink):
 
         async def work(conn: psycopg.AsyncConnection[Any]) -> HeldPosition | None:
             async with conn.transaction():
+                await self._check_grants(conn)
                 await self._create_offsets_table(conn)
-                held = await self._held(conn, lock=True)
+                held = await self._claimed_row(conn)
                 if held is not None and held.stream != stream.name:
                     raise self._in_use(held.stream)
                 if held is None:
@@ -493,10 +548,21 @@ class PostgresSink(Sink):
                             "a new or empty table it owns: name another table, or empty this "
                             "one",
                         )
+                    # Another stream claiming the new target at the same time inserts its
+                    # row first, or this one does: the row read again says whose it is.
                     await conn.execute(
-                        self._sql("INSERT INTO {} (stream, target) VALUES (%s, %s)"),
+                        self._sql(
+                            "INSERT INTO {} (stream, target) VALUES (%s, %s) "
+                            "ON CONFLICT (target) DO NOTHING"
+                        ),
                         [stream.name, self.target],
                     )
+                    held = await self._claimed_row(conn)
+                    if held is not None and held.stream != stream.name:
+                        raise self._in_use(held.stream)
+                await self._claim(conn, stream, 0 if held is None else held.epoch)
+                if held is not None and held.position is not None:
+                    await self._check_target_exists(conn, stream, held.position)
                 delivered = bool(state.get("target"))
                 if delivered and (held is None or held.position is None):
                     raise SinkRecoveryError(
@@ -513,6 +579,101 @@ class PostgresSink(Sink):
 
         return await self._run("connect", "recovery", work)
 
+    async def _check_grants(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Refuse, in one line naming the grant, a role that lacks a privilege the sink
+        needs (:func:`required_grants`): checked before anything is written, so that a
+        missing grant does not surface halfway through a delivery."""
+        offsets = self._offsets_sql().as_string(conn)
+        target = self._target_sql().as_string(conn)
+        cur = await conn.execute(
+            "SELECT current_user, to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+            [offsets, target],
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        role, offsets_exist, target_exists = row
+        needed = required_grants(self.spec.mode, offsets_exist, target_exists)
+        for kind, name, privilege in needed:
+            shown = self.offsets_name if name == "offsets" else self.target
+            if kind == "table":
+                obj = offsets if name == "offsets" else target
+                query = "SELECT has_table_privilege(%s, %s)"
+            elif kind == "schema":
+                obj = shown = (self._offsets_schema if name == "offsets" else self._schema) or ""
+                query = "SELECT has_schema_privilege(%s, %s)"
+            else:
+                cur = await conn.execute("SELECT current_database()")
+                found = await cur.fetchone()
+                obj = shown = found[0] if found else ""
+                query = "SELECT has_database_privilege(%s, %s)"
+            cur = await conn.execute(query, [obj, privilege])
+            ok = await cur.fetchone()
+            if ok is not None and not ok[0]:
+                raise SinkRejectedError(
+                    self.description,
+                    f"role {role!r} lacks {privilege} on {kind} {shown}, which the sink needs "
+                    f"(GRANT {privilege} ON {'' if kind == 'table' else kind.upper() + ' '}"
+                    f"{shown} TO {role}); nothing was written",
+                )
+
+    async def _claimed_row(self, conn: psycopg.AsyncConnection[Any]) -> _Held | None:
+        """The stream's offsets row, locked; waiting at most the spec's ``lock_timeout``
+        for a session that holds it (a process writing the stream, perhaps frozen)."""
+        import psycopg
+
+        await conn.execute(f"SET LOCAL lock_timeout = '{int(self.spec.lock_timeout * 1000)}ms'")
+        try:
+            async with conn.transaction():  # a savepoint, so that the error can be reported
+                return await self._held(conn, lock=True)
+        except psycopg.errors.LockNotAvailable as e:
+            raise SinkInUseError(
+                self.description,
+                f"the row of target {self.target} in {self.offsets_name} stayed locked by "
+                f"another session for {self.spec.lock_timeout:g}s (lock_timeout): a process "
+                "writing this stream, perhaps frozen (pg_stat_activity shows its session); "
+                "the stream was not claimed",
+            ) from e
+
+    async def _claim(
+        self, conn: psycopg.AsyncConnection[Any], stream: StreamRef, held: int
+    ) -> None:
+        """Choose the epoch of this sink's commits: above the offsets row's, and at least the
+        one the stream claimed through its state, so that the process that starts last takes
+        the stream over. A stream claimed through its state records it in the row now (the
+        row is locked meanwhile), so that an older process commits nothing more; a new
+        stream's is recorded with its first delivery."""
+        self.epoch = max(stream.epoch, held + 1)
+        if stream.epoch:
+            await conn.execute(
+                self._sql("UPDATE {} SET epoch = %s WHERE target = %s"),
+                [self.epoch, self.target],
+            )
+
+    def _fenced(self, epoch: int, when: str) -> SinkFencedError:
+        return SinkFencedError(
+            self.description,
+            f"another process took stream {self._stream!r} over{' ' + when if when else ''}: "
+            f"the row of target {self.target} in {self.offsets_name} holds its epoch {epoch}, "
+            f"and this process's is {self.epoch}; nothing was committed, and this process "
+            "gives the stream up",
+            self.epoch,
+        )
+
+    async def _check_target_exists(
+        self, conn: psycopg.AsyncConnection[Any], stream: StreamRef, position: Position
+    ) -> None:
+        """A target dropped while its offsets row says rows were delivered into it is not
+        made anew (it would hold only the rows from the position on)."""
+        if await self._columns(conn):
+            return
+        raise SinkRecoveryError(
+            self.description,
+            f"the target table {self.target} does not exist, but the stream's row in "
+            f"{self.offsets_name} says its rows up to {position} were delivered into it: it "
+            "was dropped outside deltastream; nothing was touched. "
+            + _reset_hint(stream, self.description),
+        )
+
     def _in_use(self, owner: str) -> SinkInUseError:
         return SinkInUseError(
             self.description,
@@ -528,6 +689,12 @@ class PostgresSink(Sink):
         return sql.SQL(template).format(self._offsets_sql(), *args)
 
     async def _create_offsets_table(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Create the offsets table if it does not exist, and add the ``epoch`` column to
+        one made before epochs were kept. An existing table that fits is used as it is, so
+        a role with only ``SELECT, INSERT, UPDATE`` on it needs no ``CREATE``."""
+        existing = await self._offsets_columns(conn)
+        if existing and "epoch" in existing:
+            return
         # Two streams starting at once must not both create it (CREATE TABLE IF NOT EXISTS
         # is not safe against that): a lock for the offsets table's name serialises them.
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [self.offsets_name])
@@ -540,20 +707,32 @@ class PostgresSink(Sink):
                     version bigint,
                     snapshot boolean,
                     "offset" bigint,
+                    epoch bigint,
                     updated_at timestamptz NOT NULL DEFAULT now()
                 )"""
             )
         )
+        await conn.execute(self._sql("ALTER TABLE {} ADD COLUMN IF NOT EXISTS epoch bigint"))
+
+    async def _offsets_columns(self, conn: psycopg.AsyncConnection[Any]) -> set[str]:
+        cur = await conn.execute(
+            """SELECT a.attname FROM pg_attribute a
+               WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped""",
+            [self._offsets_sql().as_string(conn)],
+        )
+        return {row[0] for row in await cur.fetchall()}
 
     async def _held(self, conn: psycopg.AsyncConnection[Any], *, lock: bool) -> _Held | None:
-        query = 'SELECT stream, table_id, version, snapshot, "offset" FROM {} WHERE target = %s'
+        query = (
+            'SELECT stream, table_id, version, snapshot, "offset", epoch FROM {} WHERE target = %s'
+        )
         cur = await conn.execute(self._sql(query + (" FOR UPDATE" if lock else "")), [self.target])
         row = await cur.fetchone()
         if row is None:
             return None
-        stream, table_id, version, snapshot, offset = row
+        stream, table_id, version, snapshot, offset, epoch = row
         position = None if version is None else Position(version, bool(snapshot), offset or 0)
-        return _Held(stream, table_id, position)
+        return _Held(stream, table_id, position, epoch or 0)
 
     async def _target_has_rows(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         from psycopg import sql
@@ -596,6 +775,7 @@ class PostgresSink(Sink):
                     and held.position == delivery.end
                     and held.stream == self._stream
                     and held.table_id == delivery.table_id
+                    and held.epoch == self.epoch
                 ):
                     # A retry of a delivery whose COMMIT went through while the connection
                     # was lost: it is delivered.
@@ -608,13 +788,14 @@ class PostgresSink(Sink):
                 await conn.execute(
                     self._sql(
                         'UPDATE {} SET table_id = %s, version = %s, snapshot = %s, "offset" = %s, '
-                        "updated_at = now() WHERE target = %s"
+                        "epoch = %s, updated_at = now() WHERE target = %s"
                     ),
                     [
                         delivery.table_id,
                         delivery.end.version,
                         delivery.end.snapshot,
                         delivery.end.offset,
+                        self.epoch,
                         self.target,
                     ],
                 )
@@ -634,12 +815,27 @@ class PostgresSink(Sink):
             )
         if held.stream != self._stream:
             raise self._in_use(held.stream)
+        if held.epoch > self.epoch:
+            raise self._fenced(held.epoch, "")
         if held.position is not None and held.position != delivery.start:
-            raise SinkRecoveryError(
+            if held.epoch < self.epoch:
+                # An older process delivered after this one claimed the stream, before the
+                # claim reached the row (a new stream records it with its first delivery):
+                # it loses at its state's next commit; this one resumes where the row is.
+                raise SinkError(
+                    self.description,
+                    f"an older process of stream {self._stream!r} (epoch {held.epoch}, this "
+                    f"one's {self.epoch}) delivered its rows up to {held.position} into "
+                    f"{self.target} after this one took the stream over; nothing was "
+                    "committed, and the stream restarts from the database's position",
+                )
+            raise SinkFencedError(
                 self.description,
                 f"the target table {self.target} holds stream {self._stream!r}'s rows up to "
                 f"{held.position}, but this delivery starts at {delivery.start}: another "
-                "process wrote the stream's rows; stopping rather than write rows twice",
+                f"process of the stream wrote its rows (epoch {held.epoch}, this process's "
+                f"{self.epoch}); nothing was committed, and this process gives the stream up",
+                self.epoch,
             )
 
     def _wanted_columns(self, schema: pa.Schema) -> list[tuple[str, str]]:

@@ -187,6 +187,7 @@ class DeliveryPump:
             end=end,
             schema=schema,
             batches=batches,
+            epoch=self.committed.epoch,
         )
         crash_point("sink.before-write")
         began = time.monotonic()

@@ -83,6 +83,9 @@ class StreamState:
     updated_ms: int = 0
     #: The name of the stream the state belongs to ("": written before names were recorded).
     stream: str = ""
+    #: The stream's epoch (fencing token): raised by the conditional write of each process
+    #: that takes the stream over (0: written before epochs were kept).
+    epoch: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +100,7 @@ class StreamState:
             "round_end": None if self.round_end is None else self.round_end.to_json(),
             "owner": self.owner,
             "updated_ms": self.updated_ms,
+            "epoch": self.epoch,
         }
 
     @classmethod
@@ -118,6 +122,7 @@ class StreamState:
                 owner=str(value.get("owner", "")),
                 updated_ms=int(value.get("updated_ms", 0)),
                 stream=str(value.get("stream", "")),
+                epoch=int(value.get("epoch", 0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptFileError(source, f"not a valid stream state: {e}") from None

@@ -132,6 +132,8 @@ class Tailer:
         self._snapshot: Snapshot | None = None
         self._guard: TableGuard
         self._sleep_scope: anyio.CancelScope | None = None
+        #: The stream's epoch in this process (0 until it is claimed; see _start).
+        self._epoch = 0
 
     # ------------------------------------------------------------------ control
 
@@ -147,7 +149,7 @@ class Tailer:
 
     @property
     def _stream_ref(self) -> StreamRef:
-        return StreamRef(self.config.name, self._states.uri)
+        return StreamRef(self.config.name, self._states.uri, self._epoch)
 
     @property
     def _remedy(self) -> str:
@@ -269,15 +271,22 @@ class Tailer:
                     f"{committed.sink_spec!r}, not {self.sink.description!r}; use one state "
                     "directory per stream"
                 )
+            # Take the stream over before touching the sink: a conditional write of the state
+            # with the next epoch. A tailer still running on this state fails its next
+            # commit, and the sink fences it off at the target by the epoch.
+            self._epoch = committed.epoch + 1
+            committed = await self._states.commit(replace(committed, epoch=self._epoch))
             log.info(
-                "%s: resuming at %s",
+                "%s: resuming at %s (epoch %d)",
                 cfg.name,
                 committed.position,
+                self._epoch,
                 extra={
                     "stream": cfg.name,
                     "uri": self.config.uri,
                     "position": str(committed.position),
                     "sink": self.sink.description,
+                    "epoch": self._epoch,
                 },
             )
             held = await self.sink.recover(self._stream_ref, committed.position, committed.sink)
@@ -320,6 +329,8 @@ class Tailer:
         base = committed or StreamState(
             table_uri=self._store.root_uri, table_id=resumed.metadata.id, position=position
         )
+        # A new stream's epoch is the one its sink chose above its target's (or the first).
+        self._epoch = max(self._epoch, self.sink.epoch, 1)
         # Taking the state over with a conditional write fences off any tailer still running
         # on it, and makes a new stream's resolved start ("latest", a timestamp) durable.
         # (Loading may have skipped ahead, to a checkpoint after missing commits.)
@@ -330,6 +341,7 @@ class Tailer:
                 sink_spec=self.sink.description,
                 snapshot_version=saved,
                 stream=cfg.name,
+                epoch=self._epoch,
             )
         )
         self._pump = DeliveryPump(
