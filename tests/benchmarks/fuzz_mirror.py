@@ -30,25 +30,11 @@ from benchlib import command_line, log  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 from mirror_histories import COLUMNS, WHERE, History, source_rows  # noqa: E402
 from postgres_server import postgres_server  # noqa: E402
-from tailing import eventually, small_deliveries  # noqa: E402
+from tailing import deliver_through, small_deliveries  # noqa: E402
 
-from deltastream.daemon.delivery import Position  # noqa: E402
 from deltastream.daemon.sinks import parse_sink  # noqa: E402
-from deltastream.daemon.stream.tailer import Tailer  # noqa: E402
 
 SIZES = (1, 2, 3, 7, 1000, None)
-
-
-async def follow(cfg: Any, spec: str, version: int) -> None:
-    sink = parse_sink(spec)
-    tailer = Tailer(cfg, sink)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(tailer.run)
-            await eventually(lambda: (tailer.position or Position(-1)) >= Position(version + 1))
-            tailer.stop()
-    finally:
-        await sink.aclose()
 
 
 def mirror_rows(kind: str, where: str, server: Any, db: str) -> list[tuple[Any, ...]]:
@@ -80,7 +66,7 @@ async def one(seed: int, kind: str, work: Path, server: Any) -> str | None:
     cfg = small_deliveries(uri, work / "state", max_rows_per_delivery=size, where=where)
     for _ in range(2):
         latest = DeltaTable(uri).version()
-        await follow(cfg, spec, latest)
+        await deliver_through(cfg, parse_sink(spec), latest)
         got = mirror_rows(kind, target, server, db)
         want = source_rows(uri, where)
         if got != want:

@@ -18,7 +18,7 @@ import anyio
 import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 
-from deltastream.daemon.delivery import Delivery
+from deltastream.daemon.delivery import Delivery, Position
 from deltastream.daemon.service.supervisor import StreamConfig
 from deltastream.daemon.sinks import CallbackSink
 from deltastream.daemon.stream.config import Mode, StartFrom
@@ -32,6 +32,7 @@ __all__ = [
     "batch",
     "change_key",
     "create_table",
+    "deliver_through",
     "eventually",
     "expected_changes",
     "fast",
@@ -232,6 +233,17 @@ async def run_tailer_until(
         await eventually(lambda: done(tailer), within)
         tailer.stop()
     return tailer
+
+
+async def deliver_through(config: TailConfig, sink: Any, version: int) -> Tailer:
+    """Run a stream into ``sink`` until it has delivered every version up to ``version``,
+    then stop it and close the sink. The tailer's own errors propagate."""
+    try:
+        return await run_tailer_until(
+            config, sink, lambda t: (t.position or Position(-1)) >= Position(version + 1)
+        )
+    finally:
+        await sink.aclose()
 
 
 def fast(config: TailConfig, **changes: Any) -> TailConfig:

@@ -341,7 +341,7 @@ async def test_a_concurrent_writer_is_retried_without_repeating_rows(tmp_path: P
     state = await sink.deliver(delivery(Position(2), Position(3), second))
     assert [(e.operation, e.attempt) for e in events] == [("commit", 1)]
     assert "CommitFailedError" in events[0].cause
-    assert state == {"txn": encode_position(Position(3))}
+    assert state == {"txn": encode_position(Position(3)), "rows": True}
     ids = sorted(r["id"] for r in DeltaTable(target).to_pyarrow_table().to_pylist())
     assert ids == [1, 2, 3, 4, 5]
     # Delivered again (a tailer that lost its state): the target holds it; not repeated.
@@ -555,7 +555,7 @@ async def test_a_failed_commit_that_the_target_holds_is_not_repeated(
     version = DeltaTable(target).version()
     with caplog.at_level(logging.WARNING, logger="deltastream"):
         update = delivery(Position(2), Position(4), update_rows)
-        assert await sink.deliver(update) == {"txn": encode_position(Position(4))}
+        assert await sink.deliver(update) == {"txn": encode_position(Position(4)), "rows": True}
     assert events == [] and DeltaTable(target).version() == version + 1
     assert any("but the target holds it: not repeated" in r.getMessage() for r in caplog.records)
     assert rows_of(target) == [(1, "y1", "p1"), (2, "x2", "p2")]

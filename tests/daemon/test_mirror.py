@@ -26,15 +26,14 @@ from crashpoint_child import Job, run_job
 from deltalake import DeltaTable, write_deltalake
 from mirror_histories import COLUMNS, SCHEMA, WHERE, History, source_rows
 from postgres_server import PostgresServer
-from tailing import eventually, small_deliveries
+from tailing import deliver_through, small_deliveries
 
 from deltastream.daemon.crashpoints import CRASH_EXIT_STATUS
-from deltastream.daemon.delivery import Position, Sink
 from deltastream.daemon.sinks import CallbackSink, parse_sink
 from deltastream.daemon.sinks.mirror import ADDED_FIRST, DELETE, VERSION, mirror_changes
 from deltastream.daemon.stream.config import Mode, StartFrom
 from deltastream.daemon.stream.tailer import Tailer
-from deltastream.errors import InvalidArgumentError, SinkRejectedError
+from deltastream.errors import InvalidArgumentError, SinkRecoveryError, SinkRejectedError
 
 pytestmark = pytest.mark.anyio
 
@@ -131,18 +130,7 @@ def test_compound_keys_name_every_column() -> None:
 
 async def follow(cfg: Any, spec: str, version: int) -> None:
     """Run a stream into ``spec`` until it delivered ``version``; its errors propagate."""
-    await follow_sink(cfg, parse_sink(spec), version)
-
-
-async def follow_sink(cfg: Any, sink: Sink, version: int) -> None:
-    tailer = Tailer(cfg, sink)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(tailer.run)
-            await eventually(lambda: (tailer.position or Position(-1)) >= Position(version + 1))
-            tailer.stop()
-    finally:
-        await sink.aclose()
+    await deliver_through(cfg, parse_sink(spec), version)
 
 
 async def delivered_rows(uri: str, state: Path, order: str) -> list[tuple[Any, ...]]:
@@ -159,7 +147,7 @@ async def delivered_rows(uri: str, state: Path, order: str) -> list[tuple[Any, .
     sink = CallbackSink(record, description="record")
     sink.change_order = order  # type: ignore[assignment]
     cfg = small_deliveries(uri, state, max_rows_per_delivery=1)
-    await follow_sink(cfg, sink, DeltaTable(uri).version())
+    await deliver_through(cfg, sink, DeltaTable(uri).version())
     return seen
 
 
@@ -197,6 +185,14 @@ class Mirror:
             self.postgres = postgres
             self.db = postgres.create_database()
             self.spec = f"{postgres.url(self.db)}?table=mirror&mode=merge&key=id"
+
+    def empty(self) -> None:
+        """Remove every row, as a user might (no deltastream involved)."""
+        if self.kind == "delta":
+            DeltaTable(self.uri).delete()
+            return
+        with self.postgres.connect(self.db) as conn:
+            conn.execute("TRUNCATE mirror")
 
     def rows(self) -> list[tuple[Any, ...]]:
         if self.kind == "delta":
@@ -289,14 +285,19 @@ def dup_row() -> pa.Table:
     return pa.table({"id": [2], "name": ["dup"], "amount": [9], "part": ["p"]}, SCHEMA)
 
 
+@pytest.mark.parametrize("then_deleted", [False, True], ids=["kept", "then-deleted"])
 async def test_a_second_row_with_a_key_the_mirror_holds_stops_the_stream(
-    tmp_path: Path, target: Mirror
+    tmp_path: Path, target: Mirror, then_deleted: bool
 ) -> None:
+    """Key 2 appended a second time (and, in one delivery with it, deleted again: the case
+    that lost key 2 from the mirror) stops the stream, nothing of the delivery committed."""
     uri = str(tmp_path / "source")
     dup_source(uri)
     cfg = small_deliveries(uri, tmp_path / "state", max_rows_per_delivery=None)
     await follow(cfg, target.spec, 0)
     write_deltalake(uri, dup_row(), mode="append")  # version 1: key 2 twice in the source
+    if then_deleted:
+        DeltaTable(uri).delete("name = 'dup'")  # version 2
     sink = parse_sink(target.spec)
     with pytest.raises(SinkRejectedError) as caught:
         await Tailer(cfg, sink).run()
@@ -306,24 +307,6 @@ async def test_a_second_row_with_a_key_the_mirror_holds_stops_the_stream(
         "it while the source already holds one (in the mirror); a mirror needs a unique key; "
         "nothing of the delivery was committed"
     )
-    assert target.rows() == [(1, "a", 1, "p"), (2, "b", 2, "p")]
-
-
-async def test_a_second_row_added_then_deleted_in_one_delivery_stops_the_stream(
-    tmp_path: Path, target: Mirror
-) -> None:
-    """The case that lost key 2 from the mirror: a duplicate appended, then deleted."""
-    uri = str(tmp_path / "source")
-    dup_source(uri)
-    cfg = small_deliveries(uri, tmp_path / "state", max_rows_per_delivery=None)
-    await follow(cfg, target.spec, 0)
-    write_deltalake(uri, dup_row(), mode="append")  # version 1
-    DeltaTable(uri).delete("name = 'dup'")  # version 2
-    sink = parse_sink(target.spec)
-    with pytest.raises(SinkRejectedError) as caught:
-        await Tailer(cfg, sink).run()
-    await sink.aclose()
-    assert "key id=2 is not unique in the source: version 1 adds a row" in str(caught.value)
     assert target.rows() == [(1, "a", 1, "p"), (2, "b", 2, "p")]
 
 
@@ -339,3 +322,35 @@ async def test_a_mirrors_where_names_only_table_columns(tmp_path: Path, target: 
         "stream 's': a mirror's where may name only the table's columns, not _change_type: "
         "the mirror holds the rows of the table that the filter keeps"
     )
+
+
+async def test_a_target_emptied_outside_deltastream_is_refused(
+    tmp_path: Path, target: Mirror
+) -> None:
+    """The stream's state says its last delivery left rows in the target: a target found
+    empty at the next start was emptied behind the stream's back. Refused, touching nothing;
+    a mirror the source itself emptied is not."""
+    uri = str(tmp_path / "source")
+    dup_source(uri)
+    cfg = small_deliveries(uri, tmp_path / "state", max_rows_per_delivery=None)
+    await follow(cfg, target.spec, 0)
+    target.empty()
+    sink = parse_sink(target.spec)
+    with pytest.raises(SinkRecoveryError) as caught:
+        await Tailer(cfg, sink).run()
+    await sink.aclose()
+    assert "emptied outside deltastream; nothing was touched" in str(caught.value)
+    assert "deltastream reset --state" in str(caught.value)
+    assert target.rows() == []
+    # The source deleting every row: the mirror is empty, and that is no reason to refuse.
+    other = tmp_path / "other"
+    other.mkdir()
+    again = Mirror(target.kind, other, getattr(target, "postgres", None))
+    cfg = small_deliveries(uri, other / "state", max_rows_per_delivery=None)
+    await follow(cfg, again.spec, 0)
+    DeltaTable(uri).delete()  # version 1
+    await follow(cfg, again.spec, 1)
+    assert again.rows() == []
+    write_deltalake(uri, dup_row(), mode="append")  # version 2
+    await follow(cfg, again.spec, 2)
+    assert again.rows() == [(2, "dup", 9, "p")]

@@ -27,13 +27,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pyarrow as pa
 import pytest
 from conftest import free_port
 from deltalake import DeltaTable, write_deltalake
 from postgres_server import SECRET_PASSWORD, SECRET_ROLE, PostgresServer
-from tailing import Writer, batch, create_table, eventually, expected_changes, small_deliveries
+from tailing import (
+    Writer,
+    batch,
+    create_table,
+    deliver_through,
+    expected_changes,
+    small_deliveries,
+)
 
 from deltastream.daemon.delivery import Delivery, Position, StreamRef
 from deltastream.daemon.sinks import PostgresSink, parse_sink
@@ -79,15 +85,7 @@ config = small_deliveries
 
 async def run_until(cfg: TailConfig, sink: PostgresSink, version: int) -> Tailer:
     """Run a stream until it delivered ``version``, then stop it and close the sink."""
-    tailer = Tailer(cfg, sink)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(tailer.run)
-            await eventually(lambda: (tailer.position or Position(-1)) >= Position(version + 1))
-            tailer.stop()
-    finally:
-        await sink.aclose()
-    return tailer
+    return await deliver_through(cfg, sink, version)
 
 
 def rows(server: PostgresServer, db: str, query: str) -> list[tuple[Any, ...]]:

@@ -79,6 +79,14 @@ flight, whole or torn (deliveries are sequential, each starting at the committed
   stream's output when the user decides to start over (never another stream's: a jsonl file
   whose marker names another stream is refused).
 
+One writer per target. Each process that starts a stream takes it over with the next epoch
+(:attr:`~deltastream.daemon.delivery.Delivery.epoch`, raised by a conditional write of the
+state). The delta and PostgreSQL sinks fence in their own transaction (a newer epoch, or the
+stream's position moved, commits nothing: :class:`~deltastream.errors.SinkFencedError`); the
+file sinks' lock holds on one host, so their outputs are refused on network filesystems
+(:func:`~deltastream.daemon.sinks.marker.refuse_network_filesystem`); the http and exec sinks
+pass the epoch on (``Deltastream-Epoch``, ``DELTASTREAM_EPOCH``) for the receiver to fence.
+
 At-least-once sinks may see rows again after a crash. The tailer makes the repeat identical:
 it commits where a round of deliveries ends before the round's first delivery, and a restart
 ends its first round there, so the repeated rows come in the same deliveries with the same

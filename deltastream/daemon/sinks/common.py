@@ -4,7 +4,8 @@ rename) and recognising those temporary files, turning the ``OSError`` of a writ
 disk, a permission) into a :class:`~deltastream.errors.StorageError` naming the file, the
 position-token pattern in file names, the ``deltastream reset`` hint recovery errors end
 with, and reading ``${NAME}`` environment variables in settings that hold credentials
-(:func:`expand_env`: the http sink's headers, a PostgreSQL spec).
+(:func:`expand_env`: the http sink's headers, a PostgreSQL spec), and the error of a
+process fenced off a stream's target (:func:`_fenced`).
 
 Private to :mod:`deltastream.daemon.sinks`: its modules import these names from here.
 """
@@ -23,7 +24,7 @@ import pyarrow.parquet as pq
 
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import STREAM_NAME, Delivery, StreamRef
-from deltastream.errors import InvalidArgumentError, StorageError
+from deltastream.errors import InvalidArgumentError, SinkFencedError, StorageError
 from deltastream.output import create_temp_file
 from deltastream.storage.local import fsync_path, temp_name_parts
 
@@ -159,3 +160,17 @@ _TOKEN = r"\d{20}[sc]\d{12}"
 
 def _reset_hint(stream: StreamRef, spec: str) -> str:
     return f"to discard the stream's output and start over: {stream.reset_command(spec)}"
+
+
+def _fenced(
+    sink: str, stream: str | None, where: str, epoch: int, mine: int, when: str = ""
+) -> SinkFencedError:
+    """The error of a process fenced off a stream's target: ``where`` (the table, the
+    offsets row) holds the stream's ``epoch``, newer than this process's (``mine``)."""
+    return SinkFencedError(
+        sink,
+        f"another process took stream {stream!r} over{' ' + when if when else ''}: {where} "
+        f"holds its epoch {epoch}, and this process's is {mine}; nothing was committed, and "
+        "this process gives the stream up",
+        mine,
+    )

@@ -12,6 +12,18 @@ target is, so a crash after the target's commit and before the state's repeats n
 one before it loses nothing. After a failed commit the sink reads the ``txn`` again before
 retrying, so a commit that landed although its call failed is not made twice.
 
+One writer per target: every commit is made with no retries inside delta-rs, so it lands
+only on the table version its checks read: the stream's ``txn`` where this process left it,
+no newer epoch of the stream (the ``txn`` :func:`epoch_app_id`, set by every commit; a
+resumed stream claims the table with a commit of it alone, :meth:`DeltaSink.recover`), and,
+before the stream's first commit, no other stream's ``txn`` (a table the first commit finds
+missing is created only if still missing). A process whose checks fail gives the stream up
+(:class:`~deltastream.errors.SinkFencedError`) or, another stream having taken the table,
+stops (:class:`~deltastream.errors.SinkInUseError`), nothing committed. Each run marks its
+commits (:func:`writer_app_id`) so that a lost response is told from another's commit, and
+names the stream, epoch and process in ``commitInfo``. A target found empty while the
+stream's state says its last commit left rows there was emptied by hand, and is refused.
+
 Modes:
 
 * ``append`` (default): each delivery's rows, every data column then ``_change_type``,
@@ -84,7 +96,13 @@ from deltastream.daemon.delivery import (
     Sink,
     StreamRef,
 )
-from deltastream.daemon.sinks.common import SPEC_FORMS, _check_retry_options, _reset_hint, log
+from deltastream.daemon.sinks.common import (
+    SPEC_FORMS,
+    _check_retry_options,
+    _fenced,
+    _reset_hint,
+    log,
+)
 from deltastream.daemon.sinks.mirror import (
     ADDED_FIRST,
     DELETE,
@@ -513,6 +531,8 @@ class DeltaSink(Sink):
         self._checked_properties = False
         #: The next commit creates the table (its checks found none), failing if it exists.
         self._create_only = False
+        #: Whether the target held rows after the last commit.
+        self._holds_rows = False
         #: This run's mark in its commits (:func:`writer_app_id`), drawn by recover.
         self._writer = 0
         #: Commits that failed and were retried, for tests and metrics.
@@ -587,7 +607,11 @@ class DeltaSink(Sink):
         await self._claim(stream, txns)
         if ours:
             self._held = ours[0].version
-            return HeldPosition(decode_position(ours[0].version), ours[0].table_id)
+            held = decode_position(ours[0].version)
+            if committed == held and state.get("rows"):
+                await self._check_not_emptied(stream, held)
+            self._holds_rows = bool(state.get("rows"))
+            return HeldPosition(held, ours[0].table_id)
         self._held = None
         recorded = state.get("txn") if committed is not None else None
         if isinstance(recorded, int):
@@ -651,15 +675,23 @@ class DeltaSink(Sink):
             return  # none yet: this commit creates it, unless another one did first
         state = await self._target_state(version=seen)
         txns = {} if state is None else {a: t.version for a, t in state.txns.items()}
-        others = [t.stream for t in owning_txns(txns) if t.stream != self._stream]
-        if others:
-            raise SinkInUseError(
-                self._spec,
-                f"stream {others[0]!r} took the table at {self.uri} before the commit of "
-                f"{what}; a delta target holds one stream's rows: nothing was committed",
-            )
+        self._refuse_other_owner(txns, f"before the commit of {what}, ")
         if not any(t.stream == self._stream for t in owning_txns(txns)):
             await self._check_empty(seen)
+
+    def _target_holds_rows(self) -> bool:
+        """Whether the target (as this sink last committed to it) holds rows, by its live
+        files' statistics (a file without them counts as holding rows)."""
+        table = self._load()
+        if table is None:
+            return False
+        files = pa.table(table.get_add_actions(flatten=True))
+        if not files.num_rows:
+            return False
+        if "num_records" not in files.column_names:
+            return True
+        records = files.column("num_records").to_pylist()
+        return any(n is None or n > 0 for n in records)
 
     def _loaded_version(self) -> int | None:
         """The version of the target :meth:`_commit` will commit on (``None``: none yet,
@@ -678,14 +710,19 @@ class DeltaSink(Sink):
         self._commit_txns(table, self._properties([], "claim"))
 
     def _fenced(self, epoch: int, when: str) -> SinkFencedError:
-        return SinkFencedError(
-            self._spec,
-            f"another process took stream {self._stream!r} over{' ' + when if when else ''}: "
-            f"the table at "
-            f"{self.uri} holds its epoch {epoch}, and this process's is {self.epoch}; "
-            "nothing was committed, and this process gives the stream up",
-            self.epoch,
-        )
+        where = f"the table at {self.uri}"
+        return _fenced(self._spec, self._stream, where, epoch, self.epoch, when)
+
+    def _refuse_other_owner(self, txns: Mapping[str, int], context: str) -> None:
+        """Raise :class:`SinkInUseError` if another stream's txn owns the target (it took
+        the table since :meth:`recover`: two streams started on one new or empty target)."""
+        others = [t.stream for t in owning_txns(txns) if t.stream != self._stream]
+        if others:
+            raise SinkInUseError(
+                self._spec,
+                f"{context}stream {others[0]!r} took the table at {self.uri} meanwhile; a "
+                "delta target holds one stream's rows: nothing was committed",
+            )
 
     def _properties(self, txns: Sequence[tuple[str, int]], what: str, *, epoch: bool = True) -> Any:
         """The ``CommitProperties`` of a commit of this sink: the ``txn`` actions (with the
@@ -707,6 +744,21 @@ class DeltaSink(Sink):
                 "deltastream.process": process_name(),
                 "deltastream.operation": what,
             },
+        )
+
+    async def _check_not_emptied(self, stream: StreamRef, held: Position) -> None:
+        """The stream's state says the target held rows after its last commit (at the
+        position the target holds): a target that holds none now was emptied outside
+        deltastream, and resuming would leave the mirror or change log without them."""
+        state = await self._target_state(files=True)
+        if state is None or rows_in(state.files)[0]:
+            return
+        raise SinkRecoveryError(
+            self._spec,
+            f"the table at {self.uri} holds no rows, but the stream's txn says its rows up "
+            f"to {held} were committed there, and its state in {stream.state_uri} that rows "
+            "were left: it was emptied outside deltastream; nothing was touched. "
+            + _reset_hint(stream, self._spec),
         )
 
     async def _check_empty(self, version: int | None = None) -> None:
@@ -763,7 +815,7 @@ class DeltaSink(Sink):
     async def deliver(self, delivery: Delivery) -> Mapping[str, Any]:
         if self._stream is None:
             raise RuntimeError(f"{self._spec}: recover() must be called before deliver()")
-        state = {} if self._held is None else {"txn": self._held}
+        state = {} if self._held is None else {"txn": self._held, "rows": self._holds_rows}
         if not delivery.num_rows:
             # Nothing to commit: the target's position stays behind, and a restart there
             # plans the versions after it again, finding no rows.
@@ -812,20 +864,21 @@ class DeltaSink(Sink):
                 # The writer that won may be another stream (a target both started on), a
                 # process of this stream that took it over, or a reset or a replacement of
                 # the table: a retry would commit into what it left.
-                others = [t.stream for t in owning_txns(txns) if t.stream != self._stream]
-                if others:
-                    raise SinkInUseError(
-                        self._spec,
-                        f"the commit of {what} failed ({cause}): stream {others[0]!r} took "
-                        f"the table at {self.uri} meanwhile; nothing was committed",
-                    ) from e
+                self._refuse_other_owner(txns, f"the commit of {what} failed ({cause}): ")
                 self._check_fence(held, epoch, f"the commit of {what} failed ({cause}), and ")
                 raise
 
         await self._retrying("commit", f"commit of {what}", attempt)
         crash_point("sink.after-write")
         self._held = version
-        return {"txn": version}
+        # Whether the target held rows after it: a restart refuses a target emptied since.
+        # A row appended or written by the merge is there; only a delivery of removals alone
+        # may have emptied a mirror, and then the table's statistics say.
+        if self.target.mode == "append" or not pc.all(data[DELETE]).as_py():
+            self._holds_rows = True
+        else:
+            self._holds_rows = await anyio.to_thread.run_sync(self._target_holds_rows)
+        return {"txn": version, "rows": self._holds_rows}
 
     # -------------------------------------------------------------- reset
 

@@ -25,6 +25,15 @@ and checks that it holds the delivery's start: a retry after a connection lost d
 row moved by anything else stops the stream
 (:class:`~deltastream.errors.SinkRecoveryError`) rather than write rows twice.
 
+One writer per target: the offsets row holds the stream's epoch. A resumed stream claims it
+in :meth:`recover` (waiting at most the spec's ``lock_timeout`` for a session holding the row,
+then failing saying so), a new stream with its first delivery; a delivery finding a newer
+epoch there, or its start not where the row is, gives the stream up
+(:class:`~deltastream.errors.SinkFencedError`), writing nothing. The role's grants are checked
+before anything is written (:func:`required_grants`); existing tables that fit are used with
+no DDL. A target dropped, or emptied while the stream's state says its last delivery left
+rows there, is refused rather than filled anew from the stream's position.
+
 Ownership: the offsets row of a target table names the stream writing it (one row per target:
 the ``target`` column is the primary key). :meth:`recover` claims the row; a target claimed
 by another stream is refused (:class:`~deltastream.errors.SinkInUseError`, naming it), and so
@@ -86,7 +95,13 @@ from deltastream.daemon.delivery import (
     Sink,
     StreamRef,
 )
-from deltastream.daemon.sinks.common import _check_retry_options, _reset_hint, expand_env, log
+from deltastream.daemon.sinks.common import (
+    _check_retry_options,
+    _fenced,
+    _reset_hint,
+    expand_env,
+    log,
+)
 from deltastream.daemon.sinks.mirror import FLAGS, duplicate_key_error, mirror_changes
 from deltastream.daemon.sinks.postgresql_types import csv_ready, fits, pg_type
 from deltastream.errors import (
@@ -409,6 +424,8 @@ class PostgresSink(Sink):
         #: The columns of this connection's loading table (merge mode).
         self._load_columns: tuple[str, ...] | None = None
         self._stream: str | None = None
+        #: Whether the target held rows after the last delivery.
+        self._holds_rows = False
         #: The target, schema-qualified (the schema resolved on connecting).
         self._schema: str | None = self.spec.schema
         self._offsets_schema: str | None = self.spec.offsets_schema
@@ -562,7 +579,8 @@ class PostgresSink(Sink):
                         raise self._in_use(held.stream)
                 await self._claim(conn, stream, 0 if held is None else held.epoch)
                 if held is not None and held.position is not None:
-                    await self._check_target_exists(conn, stream, held.position)
+                    intact = committed == held.position and bool(state.get("rows"))
+                    await self._check_target_intact(conn, stream, held.position, intact)
                 delivered = bool(state.get("target"))
                 if delivered and (held is None or held.position is None):
                     raise SinkRecoveryError(
@@ -650,28 +668,32 @@ class PostgresSink(Sink):
             )
 
     def _fenced(self, epoch: int, when: str) -> SinkFencedError:
-        return SinkFencedError(
-            self.description,
-            f"another process took stream {self._stream!r} over{' ' + when if when else ''}: "
-            f"the row of target {self.target} in {self.offsets_name} holds its epoch {epoch}, "
-            f"and this process's is {self.epoch}; nothing was committed, and this process "
-            "gives the stream up",
-            self.epoch,
-        )
+        where = f"the row of target {self.target} in {self.offsets_name}"
+        return _fenced(self.description, self._stream, where, epoch, self.epoch, when)
 
-    async def _check_target_exists(
-        self, conn: psycopg.AsyncConnection[Any], stream: StreamRef, position: Position
+    async def _check_target_intact(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        stream: StreamRef,
+        position: Position,
+        held_rows: bool,
     ) -> None:
         """A target dropped while its offsets row says rows were delivered into it is not
-        made anew (it would hold only the rows from the position on)."""
-        if await self._columns(conn):
+        made anew (it would hold only the rows from the position on); nor is one emptied
+        (``held_rows``: the stream's state, at the row's position, says the target held rows
+        after its last delivery)."""
+        if not await self._columns(conn):
+            how = "does not exist"
+        elif held_rows and not await self._target_has_rows(conn):
+            how = "holds no rows"
+        else:
             return
         raise SinkRecoveryError(
             self.description,
-            f"the target table {self.target} does not exist, but the stream's row in "
+            f"the target table {self.target} {how}, but the stream's row in "
             f"{self.offsets_name} says its rows up to {position} were delivered into it: it "
-            "was dropped outside deltastream; nothing was touched. "
-            + _reset_hint(stream, self.description),
+            f"was {'dropped' if how == 'does not exist' else 'emptied'} outside deltastream; "
+            "nothing was touched. " + _reset_hint(stream, self.description),
         )
 
     def _in_use(self, owner: str) -> SinkInUseError:
@@ -768,6 +790,8 @@ class PostgresSink(Sink):
         what = f"{delivery.num_rows:,} rows ({delivery.start} to {delivery.end})"
 
         async def work(conn: psycopg.AsyncConnection[Any]) -> None:
+            from psycopg import sql
+
             async with conn.transaction():
                 held = await self._held(conn, lock=True)
                 if (
@@ -799,12 +823,18 @@ class PostgresSink(Sink):
                         self.target,
                     ],
                 )
+                holds = await conn.execute(
+                    sql.SQL("SELECT EXISTS (SELECT FROM {})").format(self._target_sql())
+                )
+                found = await holds.fetchone()
                 crash_point("sink.after-write")
             crash_point("sink.after-fsync")
             self._ready = tuple(columns)
+            self._holds_rows = bool(found and found[0])
 
         await self._run("COPY", what, work)
-        return {"target": self.target}
+        # Whether the target held rows after it: a restart refuses a target emptied since.
+        return {"target": self.target, "rows": self._holds_rows}
 
     def _check_position(self, held: _Held | None, delivery: Delivery) -> None:
         if held is None:
