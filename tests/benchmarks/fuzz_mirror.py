@@ -8,7 +8,8 @@ source (filtered) row for row. Prints each failing seed (rerun one with ``--seed
 --seeds 1``) and a summary.
 
 Run: ``python tests/benchmarks/fuzz_mirror.py --seeds 200`` (about ten minutes on 2 cores).
-The suite runs two seeds of each combination (``tests/daemon/test_mirror.py``).
+The suite runs one seed for each delivery size (1, 3, 1,000, the default) with and without
+a ``where`` (``tests/daemon/test_mirror.py``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ once, the Delta ``txn`` only growing and the loser refused or fenced having writ
 the script prints, per scenario and sink, how the rounds ended (which process lost, how).
 
 Run: ``python tests/benchmarks/two_writers.py --rounds 20`` (about five minutes on 2 cores).
-The suite runs three rounds of each (``tests/daemon/test_fencing.py``).
+The suite runs two rounds of each (``tests/daemon/test_fencing.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One writer per target: two tailer processes on one Delta or PostgreSQL target, in every
 scenario of ``two_writers`` (two stream names at once on a new or an empty target, one stream
 twice on one state or on two, a frozen holder taken over, a holder frozen inside its
-transaction), a few rounds each (``tests/benchmarks/two_writers.py`` runs many): every change
+transaction), two rounds each (``tests/benchmarks/two_writers.py`` runs many): every change
 row exactly once, the Delta ``txn`` only growing, the loser refused or fenced having written
 nothing. Then the epoch itself: where each sink keeps it, and what a fenced stream does.
 """
@@ -26,7 +26,7 @@ from deltastream.daemon.service.supervisor import Service, ServiceConfig, Stream
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.stream.tailer import Tailer
 
-ROUNDS = 3
+ROUNDS = 2
 
 
 #: Every scenario for both sinks, but a holder frozen inside its commit: a Delta commit holds
