@@ -1034,6 +1034,12 @@ class DeltaSink(Sink):
         self._check_properties(table)
         columns = data.schema if not merge else data.drop_columns(list(FLAGS)).schema
         add = self._fit(table, columns)
+        if merge:
+            self._refuse_duplicates(table, data)
+            if pc.all(pc.and_not(data[ADDED_FIRST], data[DELETE])).as_py():
+                # Only keys the target was just found not to hold: an append does what the
+                # MERGE would, without joining the target again.
+                merge, data = False, data.drop_columns(list(FLAGS))
         if not merge:
             if not add:  # the target's column order (the same columns)
                 data = data.select([f.name for f in table.schema().fields])
@@ -1046,7 +1052,6 @@ class DeltaSink(Sink):
                 post_commithook_properties=hooks,
             )
             return
-        self._refuse_duplicates(table, data)
         predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys)
         flag = f"s.{_quote(DELETE)}"
         before = table.version()
