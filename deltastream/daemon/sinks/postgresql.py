@@ -553,6 +553,7 @@ class PostgresSink(Sink):
                 await self._check_grants(conn)
                 await self._create_offsets_table(conn)
                 held = await self._claimed_row(conn)
+                inserted = None
                 if held is not None and held.stream != stream.name:
                     raise self._in_use(held.stream)
                 if held is None:
@@ -565,19 +566,24 @@ class PostgresSink(Sink):
                             "a new or empty table it owns: name another table, or empty this "
                             "one",
                         )
-                    # Another stream claiming the new target at the same time inserts its
-                    # row first, or this one does: the row read again says whose it is.
-                    await conn.execute(
+                    # Another process claiming the new target at the same time inserts its
+                    # row first, or this one does (with its epoch): the row read again says
+                    # whose it is, and a process of the same stream takes the next epoch.
+                    cur = await conn.execute(
                         self._sql(
-                            "INSERT INTO {} (stream, target) VALUES (%s, %s) "
-                            "ON CONFLICT (target) DO NOTHING"
+                            "INSERT INTO {} (stream, target, epoch) VALUES (%s, %s, %s) "
+                            "ON CONFLICT (target) DO NOTHING RETURNING epoch"
                         ),
-                        [stream.name, self.target],
+                        [stream.name, self.target, max(stream.epoch, 1)],
                     )
+                    inserted = await cur.fetchone()
                     held = await self._claimed_row(conn)
                     if held is not None and held.stream != stream.name:
                         raise self._in_use(held.stream)
-                await self._claim(conn, stream, 0 if held is None else held.epoch)
+                    if inserted is not None:
+                        self.epoch = int(inserted[0])
+                if inserted is None:
+                    await self._claim(conn, stream, 0 if held is None else held.epoch)
                 if held is not None and held.position is not None:
                     intact = committed == held.position and bool(state.get("rows"))
                     await self._check_target_intact(conn, stream, held.position, intact)
