@@ -732,18 +732,14 @@ class DeltaSink(Sink):
         dl = _deltalake()
         stream = self._stream or ""
         actions = [dl.Transaction(a, v) for a, v in txns]
-        if epoch:
+        info: dict[str, Any] = {"deltastream.stream": stream}
+        if epoch:  # a reset holds no epoch: it runs outside any stream's process
             actions.append(dl.Transaction(epoch_app_id(stream), self.epoch))
             actions.append(dl.Transaction(writer_app_id(stream), self._writer))
+            info["deltastream.epoch"] = self.epoch
+        info |= {"deltastream.process": process_name(), "deltastream.operation": what}
         return dl.CommitProperties(
-            app_transactions=actions,
-            max_commit_retries=0,
-            custom_metadata={
-                "deltastream.stream": stream,
-                "deltastream.epoch": self.epoch,
-                "deltastream.process": process_name(),
-                "deltastream.operation": what,
-            },
+            app_transactions=actions, max_commit_retries=0, custom_metadata=info
         )
 
     async def _check_not_emptied(self, stream: StreamRef, held: Position) -> None:
