@@ -324,6 +324,7 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start the stream over: first discard its sink output and its state (see reset)",
     )
+    _add_available_now_arg(tail)
     _add_daemon_args(tail)
 
     reset = sub.add_parser(
@@ -363,6 +364,7 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="override [server] http (default 127.0.0.1:9464; '' turns it off)",
     )
+    _add_available_now_arg(serve)
     _add_daemon_args(serve, defaults=False)
 
     demo = sub.add_parser(
@@ -387,6 +389,16 @@ def _build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():
         _add_logging_args(command, top=False)
     return parser
+
+
+def _add_available_now_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--available-now",
+        action="store_true",
+        help="deliver what each table holds up to its latest version when the run starts, "
+        "exactly once, then exit 0 (for cron, Airflow, CronJobs); the next run goes on from "
+        "there. A stream a running replica holds is refused (exit 2)",
+    )
 
 
 def _add_daemon_args(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
@@ -549,6 +561,7 @@ def _tail_config(args: argparse.Namespace) -> ServiceConfig:
         log_format=args.log_format,
         log_level=args.log_level or "info",
         log_summary_interval=args.log_summary_interval,
+        available_now=args.available_now,
     )
 
 
@@ -564,6 +577,8 @@ def _serve_config(args: argparse.Namespace) -> ServiceConfig:
         config = replace(config, log_level=args.log_level)
     if args.log_summary_interval is not None:
         config = replace(config, log_summary_interval=args.log_summary_interval)
+    if args.available_now:
+        config = replace(config, available_now=True)
     return config
 
 
@@ -641,8 +656,9 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
     if failures and all(isinstance(e, OutputClosedError) for e in failures):
         return EXIT_CLOSED_PIPE  # jsonl:- into a reader that went away
     if failures and (args.command == "tail" or not service.stopping):
-        for error in failures:
-            print(f"deltastream: error: {error}", file=sys.stderr)
+        # One line per error: a run refused as a whole fails each stream with one error.
+        for message in dict.fromkeys(str(error) for error in failures):
+            print(f"deltastream: error: {message}", file=sys.stderr)
         return EXIT_ERROR
     return 0
 

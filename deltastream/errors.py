@@ -36,6 +36,7 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
     │   ├── ChangeDataNotEnabledError versions changed rows while the feed was off
     │   └── SchemaChangeError         the range crosses a schema change it cannot read safely
     ├── ResetIncompleteError          a stream's reset was interrupted: run it again to finish
+    ├── StreamHeldError               a running replica of the stream's group holds it
     └── SinkError                     a sink cannot deliver rows (retrying would not help)
         ├── HttpStatusError           an HTTP sink's endpoint rejected a delivery
         ├── SinkRecoveryError         the sink's output does not match the stream's state
@@ -85,6 +86,7 @@ __all__ = [
     "SinkSchemaError",
     "StateConflictError",
     "StorageError",
+    "StreamHeldError",
     "TableNotFoundError",
     "TableReplacedError",
     "TimestampOutOfRangeError",
@@ -428,6 +430,17 @@ class ResetIncompleteError(DeltaStreamError):
     sink output and state may be partly removed, so the stream must not resume from them.
     ``uri`` names the reset's record in the state directory; running the reset again (with
     the same sink and name) finishes it."""
+
+    def __init__(self, uri: str, problem: str) -> None:
+        super().__init__(f"{uri}: {problem}")
+        self.uri = uri
+        self.problem = problem
+
+
+class StreamHeldError(DeltaStreamError):
+    """A stream cannot run here: a live member of its replica group (a ``serve`` replica,
+    or another run) holds the stream's shard. ``uri`` names the shard's lease record;
+    nothing of the stream was touched."""
 
     def __init__(self, uri: str, problem: str) -> None:
         super().__init__(f"{uri}: {problem}")

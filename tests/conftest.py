@@ -102,6 +102,7 @@ LONGEST_FIRST = (
     "test_docs.py",
     "daemon/test_mirror.py",
     "daemon/test_fencing.py",
+    "daemon/test_replica_processes.py",
     "spark/test_connect.py",
     "test_object_stores.py",
     "spark/test_cluster.py",

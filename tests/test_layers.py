@@ -15,7 +15,7 @@ automatic registration) imports ``deltastream.spark`` and nothing else of deltas
 
 Within the daemon its parts are layered the same way (:data:`DAEMON_LAYERS`)::
 
-    {delivery, crashpoints} <- {sinks, observability} <- stream <- service <- api
+    {delivery, crashpoints} <- {sinks, observability} <- {stream, replicas} <- service <- api
 
 Every import statement counts, wherever it is: relative ones (resolved), those inside
 functions (deferred to spare an optional extra or a heavy library, but a dependency all
@@ -76,7 +76,7 @@ LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 DAEMON_LAYERS: list[tuple[str, ...]] = [
     ("deltastream.daemon.delivery", "deltastream.daemon.crashpoints"),
     ("deltastream.daemon.sinks", "deltastream.daemon.observability"),
-    ("deltastream.daemon.stream",),
+    ("deltastream.daemon.stream", "deltastream.daemon.replicas"),
     ("deltastream.daemon.service",),
     ("deltastream.daemon.api", "deltastream.daemon"),
 ]

@@ -51,8 +51,9 @@ class ObjectMeta:
     key: str
     size: int
     last_modified_ms: int
-    #: A version tag (an S3 ETag; size and nanosecond mtime for local files) for conditional
-    #: writes; ``head`` always fills it, listings may leave it empty.
+    #: A version tag (an S3 ETag; size, nanosecond mtime and inode for local files) for
+    #: conditional writes. ``head`` and listings fill it (one LIST tells which objects of a
+    #: directory changed: how replicas watch each other's leases).
     tag: str = ""
 
 

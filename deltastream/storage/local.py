@@ -335,7 +335,9 @@ class LocalStore(ObjectStore):
                         st = entry.stat()
                     except FileNotFoundError:
                         continue  # removed while listing
-                    out.append(ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000))
+                    out.append(
+                        ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000, _tag_of(st))
+                    )
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as e:

@@ -323,6 +323,8 @@ class StoreContract:
         assert await store.get_tagged("state/a b%/position.json") == (b'{"v": 1}', tag)
         listed = await collect(store, "state/a b%/")
         assert [m.key for m in listed] == ["state/a b%/position.json"]
+        # A listing carries the same tag: one LIST tells which objects changed.
+        assert [m.tag for m in listed] == [tag]
 
     @pytest.mark.anyio
     async def test_put_replaces_and_changes_the_tag(self, harness: Harness) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "POLL_DURATION_BUCKETS",
     "SINK_WRITE_BUCKETS",
     "STREAM_STATES",
+    "GroupMetrics",
     "Histogram",
     "TableMetrics",
     "commit_times",
@@ -38,6 +39,7 @@ __all__ = [
 
 #: Every value of :attr:`TableMetrics.status`, in the order a stream usually passes them.
 STREAM_STATES = (
+    "standby",
     "starting",
     "snapshot",
     "following",
@@ -46,9 +48,9 @@ STREAM_STATES = (
     "fenced",
     "stopped",
 )
-#: The states of a stream that no longer runs (failed for good, given up to another process
-#: that took it over, or stopped).
-ENDED_STATES = frozenset({"failed", "fenced", "stopped"})
+#: The states of a stream that does not run here (another replica of its group runs it,
+#: it failed for good, it was given up to another process that took it over, or stopped).
+ENDED_STATES = frozenset({"standby", "failed", "fenced", "stopped"})
 
 # Histogram buckets (upper bounds, seconds; ``+Inf`` is implicit).
 # fmt: off
@@ -131,6 +133,24 @@ def commit_times(delivery: Delivery) -> dict[int, float]:
     return times
 
 
+@dataclass(frozen=True)
+class GroupMetrics:
+    """What a replica reports of its group membership (a snapshot, taken per scrape)."""
+
+    group: str
+    member: str
+    shards: int
+    shards_owned: int
+    quota: int
+    members_alive: int
+    lease_held: bool
+    acquired: int
+    released: int
+    lost: int
+    lapses: int
+    requests: int
+
+
 @dataclass
 class TableMetrics:
     """What one stream reports. Versions are ``-1`` until known."""
@@ -172,6 +192,12 @@ class TableMetrics:
     #: Waiting for the service to let the stream start (a few streams start at once): not
     #: progress, but not being stuck either.
     waiting_to_start: bool = False
+    #: Whether this process runs the stream: always, but in a replica group, where only
+    #: the replica holding the stream's shard does (the others stand by).
+    owned: bool = True
+    #: Times the stream found another process had taken it over (its state or its target
+    #: held a newer epoch): nothing of that delivery was committed.
+    fenced_attempts: int = 0
     #: Seconds of each poll (one LIST of the log), over every run of the stream.
     poll_duration: Histogram = field(default_factory=lambda: Histogram(POLL_DURATION_BUCKETS))
     #: Seconds of each sink write the sink acknowledged (its own retries included).
@@ -279,6 +305,7 @@ class TableMetrics:
             "name": self.name,
             "uri": self.uri,
             "status": self.status,
+            "owned": self.owned,
             "last_error": self.last_error,
             "last_seen_version": self.last_seen_version,
             "last_delivered_version": self.last_delivered_version,

@@ -35,7 +35,12 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from deltastream._version import __version__
-from deltastream.daemon.observability.metrics import STREAM_STATES, Histogram, TableMetrics
+from deltastream.daemon.observability.metrics import (
+    STREAM_STATES,
+    GroupMetrics,
+    Histogram,
+    TableMetrics,
+)
 
 __all__ = ["CONTENT_TYPE", "MetricsPage", "render_prometheus", "stream_metrics_text"]
 
@@ -92,6 +97,18 @@ _SCALARS = (
         "gauge",
         "1 while the stream runs (retrying included), 0 once it failed for good or stopped.",
         lambda m, now: 1.0 if m.running else 0.0,
+    ),
+    _Scalar(
+        "deltastream_stream_owned",
+        "gauge",
+        "1 where this process runs the stream; 0 where another replica of its group does.",
+        lambda m, now: 1.0 if m.owned else 0.0,
+    ),
+    _Scalar(
+        "deltastream_fenced_attempts_total",
+        "counter",
+        "Deliveries or commits refused because another process took the stream over.",
+        lambda m, now: m.fenced_attempts,
     ),
     _Scalar(
         "deltastream_last_delivery_timestamp_seconds",
@@ -270,6 +287,63 @@ def stream_metrics_text(streams: Sequence[TableMetrics], now_ms: int | None = No
     return "".join(out)
 
 
+def group_metrics_text(group: GroupMetrics) -> str:
+    """A replica's membership of its group: shards, leases and their transitions."""
+    labels = f'group="{_escape_label(group.group)}"'
+    out = [
+        _header(
+            "deltastream_replica_info",
+            "Always 1: this replica's id in its group, as a label.",
+            "gauge",
+        ),
+        f'deltastream_replica_info{{{labels},member="{_escape_label(group.member)}"}} 1.0\n',
+    ]
+    gauges = (
+        ("deltastream_replica_shards", "Shards of the group.", group.shards),
+        ("deltastream_replica_shards_owned", "Shards this replica holds.", group.shards_owned),
+        ("deltastream_replica_shards_quota", "Shards this replica should hold.", group.quota),
+        ("deltastream_replica_members", "Members of the group seen alive.", group.members_alive),
+        (
+            "deltastream_replica_lease_held",
+            "1 while this replica's lease is renewed in time; 0 once it lapsed.",
+            1.0 if group.lease_held else 0.0,
+        ),
+    )
+    for name, help, value in gauges:
+        out.append(_header(name, help, "gauge"))
+        out.append(f"{name}{{{labels}}} {_number(float(value))}\n")
+    name = "deltastream_lease_transitions_total"
+    out.append(
+        _header(
+            name,
+            "Shards taken (acquired), given up (released) and lost (taken by another member, "
+            "or given up when the lease lapsed) by this replica.",
+            "counter",
+        )
+    )
+    for transition, n in (
+        ("acquired", group.acquired),
+        ("released", group.released),
+        ("lost", group.lost),
+    ):
+        out.append(f'{name}{{{labels},transition="{transition}"}} {_number(float(n))}\n')
+    for name, help, value in (
+        (
+            "deltastream_lease_lapses_total",
+            "Times this replica could not renew its lease in time and stopped its streams.",
+            group.lapses,
+        ),
+        (
+            "deltastream_lease_requests_total",
+            "Requests to the lease directory (lists, reads, writes, deletes).",
+            group.requests,
+        ),
+    ):
+        out.append(_header(name, help, "counter"))
+        out.append(f"{name}{{{labels}}} {_number(float(value))}\n")
+    return "".join(out)
+
+
 class MetricsPage:
     """One service's ``/metrics``: its streams' metrics (:func:`stream_metrics_text`), then
     ``prometheus_client``'s process (CPU, memory, file descriptors), platform
@@ -286,10 +360,13 @@ class MetricsPage:
         build.info({"version": __version__})
         self._registry = registry
 
-    def render(self, streams: Sequence[TableMetrics]) -> bytes:
+    def render(self, streams: Sequence[TableMetrics], group: GroupMetrics | None = None) -> bytes:
         """The page's text, format 0.0.4 (:data:`CONTENT_TYPE`). Safe to call from a worker
         thread while the streams run: a value read mid-update is one scrape's jitter."""
-        return stream_metrics_text(streams).encode() + generate_latest(self._registry)
+        text = stream_metrics_text(streams)
+        if group is not None:
+            text += group_metrics_text(group)
+        return text.encode() + generate_latest(self._registry)
 
 
 def render_prometheus(streams: Sequence[TableMetrics]) -> str:

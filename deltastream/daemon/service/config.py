@@ -53,13 +53,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from deltastream.daemon.replicas.coordinator import GroupSettings
 from deltastream.daemon.service.address import parse_address
 from deltastream.daemon.service.supervisor import ServiceConfig, StreamConfig
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.stream.config import OPTIONS, convert_options, tail_config
 from deltastream.errors import InvalidArgumentError
 
-__all__ = ["SERVER_KEYS", "TABLE_KEYS", "load_config", "parse_config"]
+__all__ = ["GROUP_DIR", "SERVER_KEYS", "TABLE_KEYS", "load_config", "parse_config"]
 
 SERVER_KEYS = (
     "http",
@@ -72,7 +73,14 @@ SERVER_KEYS = (
     "max_restarts",
     "restart_window_seconds",
     "stuck_after_seconds",
+    "group",
+    "group_storage_options",
+    "lease_ttl",
+    "shards",
+    "rebalance_delay",
 )
+#: The lease directory's name under ``[defaults] state_dir`` (no stream may be named so).
+GROUP_DIR = "_replicas"
 #: Keys of a ``[[tables]]`` entry (and of ``[defaults]``, plus ``state_dir``): the stream's
 #: identity, its sink, and the stream options.
 TABLE_KEYS = ("name", "uri", "sink", "state", *(option.key for option in OPTIONS.values()))
@@ -125,6 +133,7 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
         settings: dict[str, Any] = {
             key: check(server, key) for key, check in _SERVER_SETTINGS.items() if key in server
         }
+        group = _group(server, defaults, streams)
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"{source} [server]: {e}") from None
     try:
@@ -134,12 +143,51 @@ def parse_config(document: Mapping[str, Any], source: str = "config") -> Service
             streams=tuple(streams),
             http_address=http or None,
             work_dir=server.get("work_dir"),
+            group=group,
             **settings,
         )
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"{source}: {e}") from e
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"{source} [server]: {e}") from e
+
+
+def _group(
+    server: Mapping[str, Any], defaults: Mapping[str, Any], streams: list[StreamConfig]
+) -> GroupSettings | None:
+    """The replica group's settings: its lease directory is ``[server] group``, or by
+    default ``_replicas`` under ``[defaults] state_dir``; none without either (or with
+    ``group = ""``), and then one process runs every stream, as ``tail`` does."""
+    uri = server.get("group")
+    if uri is None:
+        state_dir = defaults.get("state_dir")
+        if not isinstance(state_dir, str):
+            return None
+        uri = f"{state_dir.rstrip('/')}/{GROUP_DIR}"
+    uri = _str(uri, "group")
+    if not uri:
+        return None
+    options = server.get("group_storage_options")
+    if options is None:
+        # The streams' state store settings (from [defaults], the same for every stream).
+        options = dict(streams[0].tail.resolved_state_options)
+    elif not isinstance(options, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in options.items()
+    ):
+        raise InvalidArgumentError(
+            f"'group_storage_options' must be a table of strings, not {options!r}"
+        )
+    given: dict[str, Any] = {}
+    for key, check in (("lease_ttl", _seconds), ("shards", _count), ("rebalance_delay", _seconds)):
+        if key in server:
+            given[key] = check(server, key)
+    for stream in streams:
+        if stream.tail.state.rstrip("/") == uri.rstrip("/"):
+            raise InvalidArgumentError(
+                f"stream {stream.tail.name!r} keeps its state in the group's lease directory "
+                f"{uri}; rename the stream or set 'group'"
+            )
+    return GroupSettings(uri, options, **given)
 
 
 def _stream(entry: Mapping[str, Any], where: str) -> StreamConfig:

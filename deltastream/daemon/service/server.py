@@ -28,7 +28,7 @@ from deltastream.daemon.service.address import parse_address
 from deltastream.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from deltastream.daemon.observability.metrics import TableMetrics
+    from deltastream.daemon.observability.metrics import GroupMetrics, TableMetrics
 
 __all__ = ["Served", "parse_address", "serve_http"]
 
@@ -44,6 +44,10 @@ class Served(Protocol):
 
     def health(self) -> tuple[bool, dict[str, object]]:
         """Whether the service is healthy (ready), and the JSON body of ``/healthz``."""
+        ...
+
+    def group_metrics(self) -> GroupMetrics | None:
+        """Its replica group membership (``None``: it runs in no group)."""
         ...
 
 
@@ -73,7 +77,7 @@ async def serve_http(
         # Written in a worker thread: for thousands of tables a page takes a good fraction of
         # a second, which the streams' event loop would otherwise stall for.
         streams = list(service.metrics.values())
-        body = await anyio.to_thread.run_sync(page.render, streams)
+        body = await anyio.to_thread.run_sync(page.render, streams, service.group_metrics())
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()

@@ -33,7 +33,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -42,7 +42,9 @@ import anyio.abc
 from deltastream.daemon.delivery import Position, Sink
 from deltastream.daemon.observability.log_summary import StreamSummaries
 from deltastream.daemon.observability.logs import LOG_SUMMARY_INTERVAL
-from deltastream.daemon.observability.metrics import TableMetrics
+from deltastream.daemon.observability.metrics import GroupMetrics, TableMetrics
+from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
+from deltastream.daemon.replicas.records import shard_of
 from deltastream.daemon.service.heap import HeapSettler
 from deltastream.daemon.sinks import parse_sink
 from deltastream.daemon.stream.tailer import Progress, TailConfig, Tailer
@@ -51,8 +53,11 @@ from deltastream.errors import (
     InvalidArgumentError,
     OutputClosedError,
     SinkFencedError,
+    SinkInUseError,
+    StateConflictError,
     is_transient,
 )
+from deltastream.storage import open_store
 from deltastream.storage.retry import backoff_delay
 
 __all__ = ["Service", "ServiceConfig", "StreamConfig", "single_stream"]
@@ -81,6 +86,15 @@ def _expected(error: Exception) -> bool:
     if isinstance(error, DeltaStreamError):
         return True
     return isinstance(error, OSError) and error.errno in _ENVIRONMENTAL_ERRNOS
+
+
+@dataclass
+class _ShardRun:
+    """The streams of one shard this replica runs: asked to stop, cancelled, ended."""
+
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,11 @@ class ServiceConfig:
     #: it, is stuck (``None``: max(120 s, 10 poll intervals, 2 safety poll intervals); see
     #: :meth:`stuck_after`).
     stuck_after_seconds: float | None = None
+    #: Share the streams with the other processes of a replica group through leases in
+    #: this lease directory (:mod:`~deltastream.daemon.replicas`); ``None``: run them all.
+    group: GroupSettings | None = None
+    #: Deliver what each table holds when the stream starts, then end (``--available-now``).
+    available_now: bool = False
 
     def __post_init__(self) -> None:
         for key in (
@@ -193,6 +212,20 @@ class Service:
         self.failures: dict[str, DeltaStreamError] = {}
         #: Monotonic times of each stream's restarts within ``restart_window_seconds``.
         self.restart_times: dict[str, deque[float]] = {s.tail.name: deque() for s in config.streams}
+        #: In a replica group: this process's membership, and the shards it runs.
+        self.coordinator: Coordinator | None = None
+        self._shard_runs: dict[int, _ShardRun] = {}
+        self._by_shard: dict[int, list[StreamConfig]] = {}
+        self._stream_tg: anyio.abc.TaskGroup | None = None
+        #: Streams that ended having done their work (``--available-now``, ``snapshot``).
+        self.finished: set[str] = set()
+        self._all_finished = anyio.Event()
+        if config.group is not None:
+            for stream in config.streams:
+                shard = shard_of(stream.tail.name, config.group.shards)
+                self._by_shard.setdefault(shard, []).append(stream)
+                self.metrics[stream.tail.name].owned = False
+                self.metrics[stream.tail.name].status = "standby"
 
     @property
     def stopping(self) -> bool:
@@ -216,7 +249,11 @@ class Service:
         async with anyio.create_task_group() as outer:
             if self.config.http_address is not None:
                 self.address = await outer.start(serve_http, self, self.config.http_address)
-            outer.start_soon(self._cancel_after_grace, outer.cancel_scope)
+            grace = self.config.shutdown_grace
+            if self.config.group is not None:
+                # A replica releases its shards after its streams stop: time for that too.
+                grace += 2 * self.config.group.request_timeout
+            outer.start_soon(self._cancel_after_grace, outer.cancel_scope, grace)
             if self.config.log_summary_interval > 0:
                 summaries = StreamSummaries(self.metrics, self._positions)
                 outer.start_soon(summaries.run, self.config.log_summary_interval)
@@ -226,9 +263,12 @@ class Service:
             # Streams start a few at a time: ten thousand starting at once would each open
             # their files and read their table together (file descriptors, memory, LISTs).
             self._starts = anyio.CapacityLimiter(STARTING_STREAMS)
-            async with anyio.create_task_group() as streams:
-                for stream in self.config.streams:
-                    streams.start_soon(self._supervise, stream)
+            if self.config.group is not None:
+                await self._run_group(self.config.group)
+            else:
+                async with anyio.create_task_group() as streams:
+                    for stream in self.config.streams:
+                        streams.start_soon(self._supervise, stream)
             outer.cancel_scope.cancel()
 
     def _positions(self, name: str) -> tuple[Position | None, Position | None]:
@@ -236,9 +276,9 @@ class Service:
         tailer = self.tailers.get(name)
         return (tailer.position, tailer.started_at) if tailer else (None, None)
 
-    async def _cancel_after_grace(self, scope: anyio.CancelScope) -> None:
+    async def _cancel_after_grace(self, scope: anyio.CancelScope, grace: float) -> None:
         await self._stopping.wait()
-        await anyio.sleep(self.config.shutdown_grace)
+        await anyio.sleep(grace)
         busy = [n for n, m in self.metrics.items() if m.running]
         if busy:
             log.warning(
@@ -249,6 +289,116 @@ class Service:
             )
         scope.cancel()
 
+    # ------------------------------------------------------------------ replica group
+
+    async def _run_group(self, group: GroupSettings) -> None:
+        """Be a member of the group until stopped (or, ``--available-now``, until every
+        stream finished), running the streams of the shards this process holds."""
+        exclusive = self.config.available_now
+        needed = {shard: streams[0].tail.name for shard, streams in self._by_shard.items()}
+        http = "" if self.address is None else f"{self.address[0]}:{self.address[1]}"
+        async with open_store(group.uri, group.storage_options) as store:
+            coordinator = Coordinator(
+                store,
+                group,
+                self,
+                role="exclusive" if exclusive else "replica",
+                needed=needed,
+                http=http,
+            )
+            self.coordinator = coordinator
+            leave = anyio.Event()
+            try:
+                async with anyio.create_task_group() as streams:
+                    self._stream_tg = streams
+                    streams.start_soon(self._leave_when_done, leave)
+                    await coordinator.run(leave, self.config.shutdown_grace)
+                    streams.cancel_scope.cancel()
+            except* DeltaStreamError as errors:
+                # The group could not be joined, or (--available-now) a live replica holds
+                # a stream: every stream of this process is reported, none ran.
+                error = _first(errors)
+                for stream in self.config.streams:
+                    if stream.tail.name not in self.finished:
+                        self.failures.setdefault(stream.tail.name, error)
+                        self.metrics[stream.tail.name].status = "failed"
+
+    async def _leave_when_done(self, leave: anyio.Event) -> None:
+        if self.config.available_now:
+            await _either(self._stopping, self._all_finished)
+        else:
+            await self._stopping.wait()
+        leave.set()
+
+    def start_shard(self, shard: int) -> None:
+        """Run the streams of ``shard`` (this replica took it)."""
+        assert self._stream_tg is not None
+        run = _ShardRun()
+        self._shard_runs[shard] = run
+        for stream in self._by_shard.get(shard, []):
+            metrics = self.metrics[stream.tail.name]
+            metrics.owned = True
+            metrics.status = "starting"
+        self._stream_tg.start_soon(self._run_shard, shard, run)
+
+    async def _run_shard(self, shard: int, run: _ShardRun) -> None:
+        streams = self._by_shard.get(shard, [])
+        try:
+            with run.scope:
+                async with anyio.create_task_group() as tg:
+                    for stream in streams:
+                        tg.start_soon(self._supervise, stream, run.stop)
+        finally:
+            for stream in streams:
+                metrics = self.metrics[stream.tail.name]
+                metrics.owned = False
+                if stream.tail.name not in self.finished and metrics.status != "failed":
+                    metrics.status = "standby"
+            run.done.set()
+
+    async def stop_shard(self, shard: int, deadline: float) -> None:
+        """Stop the streams of ``shard`` at their next delivery boundary; cancel the ones
+        still running at ``deadline`` (monotonic)."""
+        run = self._shard_runs.pop(shard, None)
+        if run is None:
+            return
+        run.stop.set()
+        for stream in self._by_shard.get(shard, []):
+            tailer = self.tailers.get(stream.tail.name)
+            if tailer is not None:
+                tailer.stop()
+        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+            await run.done.wait()
+        if not run.done.is_set():
+            run.scope.cancel()
+            await run.done.wait()
+
+    def group_metrics(self) -> GroupMetrics | None:
+        c = self.coordinator
+        if c is None:
+            return None
+        return GroupMetrics(
+            group=c.uri,
+            member=c.member,
+            shards=c.settings.shards,
+            shards_owned=len(c.held),
+            quota=c.quota(),
+            members_alive=sum(1 for v in c.members.values() if v.alive),
+            lease_held=c.valid,
+            acquired=c.stats.acquired,
+            released=c.stats.released,
+            lost=c.stats.lost,
+            lapses=c.stats.lapses,
+            requests=c.stats.requests,
+        )
+
+    def _finished(self, name: str) -> None:
+        self.finished.add(name)
+        if len(self.finished) == len(self.config.streams):
+            self._all_finished.set()
+
+    # ------------------------------------------------------------------ streams
+
     def _make_sink(self, stream: StreamConfig) -> Sink:
         sink = self._sinks.get(stream.tail.name)
         if sink is not None:
@@ -258,11 +408,17 @@ class Service:
             stream.sink, work_dir=work_dir, table=stream.tail.name, stream=stream.tail
         )
 
-    async def _supervise(self, stream: StreamConfig) -> None:
+    async def _supervise(self, stream: StreamConfig, stop: anyio.Event | None = None) -> None:
+        """Run one stream, restarting it after transient errors, until it ends, the service
+        stops, or (a replica) ``stop`` is set because its shard is given up."""
         name = stream.tail.name
         metrics = self.metrics[name]
         attempt = 0
-        while not self.stopping:
+
+        def stopping() -> bool:
+            return self.stopping or (stop is not None and stop.is_set())
+
+        while not stopping():
             started = time.monotonic()
             try:
                 sink = self._make_sink(stream)
@@ -272,9 +428,10 @@ class Service:
                     metrics=metrics,
                     progress=self._progress,
                     starts=self._starts,
+                    until_latest=self.config.available_now,
                 )
                 self.tailers[name] = tailer
-                if self.stopping:
+                if stopping():
                     tailer.stop()
                 try:
                     await tailer.run()
@@ -282,6 +439,8 @@ class Service:
                     with anyio.CancelScope(shield=True):
                         await sink.aclose()
                 metrics.status = "stopped"
+                if not tailer.stopping:
+                    self._finished(name)
                 log.info(
                     "%s: stopped at %s",
                     name,
@@ -294,7 +453,15 @@ class Service:
                 )
                 return
             except Exception as e:
-                if isinstance(e, DeltaStreamError) and not is_transient(e):
+                taken_over = isinstance(e, SinkFencedError | StateConflictError)
+                if taken_over:
+                    metrics.fenced_attempts += 1
+                if self.config.group is not None and (taken_over or isinstance(e, SinkInUseError)):
+                    # A replica: another process runs the stream (this one's lease lapsed,
+                    # or the one before it is still stopping). The shard's lease decides who
+                    # runs it: retried while this replica holds the shard, stopped when not.
+                    pass
+                elif isinstance(e, DeltaStreamError) and not is_transient(e):
                     # Fenced: another process of the stream took it over; this one gives it
                     # up for good (restarting it would take the stream back).
                     metrics.status = "fenced" if isinstance(e, SinkFencedError) else "failed"
@@ -344,7 +511,10 @@ class Service:
                     },
                 )
                 with anyio.move_on_after(backoff):
-                    await self._stopping.wait()
+                    if stop is None:
+                        await self._stopping.wait()
+                    else:
+                        await _either(self._stopping, stop)
         metrics.status = "stopped"
 
     def _record_restart(self, name: str) -> None:
@@ -406,6 +576,24 @@ class Service:
             "degraded": degraded,
             "tables": [m.to_json() for m in self.metrics.values()],
         }
+
+
+def _first(group: BaseExceptionGroup[DeltaStreamError]) -> DeltaStreamError:
+    """The first error of ``group``, through nested groups."""
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+async def _either(first: anyio.Event, second: anyio.Event) -> None:
+    """Return once either event is set."""
+    async with anyio.create_task_group() as tg:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(wait, first)
+        tg.start_soon(wait, second)
 
 
 def single_stream(

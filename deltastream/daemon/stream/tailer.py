@@ -113,8 +113,14 @@ class Tailer:
         metrics: TableMetrics | None = None,
         progress: Progress | None = None,
         starts: anyio.CapacityLimiter | None = None,
+        until_latest: bool = False,
     ) -> None:
+        """``until_latest``: deliver what the table holds up to its latest version when the
+        stream starts, then return (``--available-now``)."""
         self.config = config
+        self._until_latest = until_latest
+        #: With ``until_latest``: the last version to deliver (known once started).
+        self._until: int | None = None
         #: Shared by the streams of a service: how many may be in their start-up at once.
         self._starts = starts
         self.sink = sink
@@ -355,6 +361,14 @@ class Tailer:
         )
         self.metrics.last_delivered_version = taken.position.version - 1
         self.started_at = taken.position
+        if self._until_latest:
+            self._until = await self._latest_version(taken.position)
+
+    async def _latest_version(self, position: Position) -> int:
+        """The table's latest version now, for a run that ends there (at least the version
+        a stream at ``position`` has read through: nothing newer to deliver)."""
+        commits = (await list_log(self._store, position.version)).commits()
+        return max([_read_through(position), *commits])
 
     def _adopt(self, committed: StreamState, held: HeldPosition) -> StreamState:
         """The committed state, with the position of a sink that keeps its own with its rows
@@ -481,6 +495,8 @@ class Tailer:
         async with watcher:
             while not self.stopping:
                 next_version = self._committed.position.version
+                if self._until is not None and next_version > self._until:
+                    return  # --available-now: all that was there at the start is delivered
                 listing = await self._poll(watcher, next_version)
                 if listing is None:
                     return
@@ -522,7 +538,8 @@ class Tailer:
     async def _contiguous_commits(self, listing: LogListing, next_version: int) -> list[LogFile]:
         found = listing.follow(next_version, limit=self.config.max_versions_per_round)
         if found.missing is None:
-            return list(found.commits)
+            until = self._until
+            return [f for f in found.commits if until is None or f.version <= until]
         error = found.missing_error(
             self._store.root_uri, "removed from the log before the stream read them"
         )

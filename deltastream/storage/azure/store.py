@@ -248,7 +248,7 @@ class AzureStore(ObjectStore):
                     key=key,
                     size=int(size),
                     last_modified_ms=int(item.last_modified.timestamp() * 1000),
-                    tag=str(item.etag or ""),
+                    tag=_quoted(str(item.etag or "")),
                 )
 
     async def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
@@ -351,3 +351,8 @@ class AzureStore(ObjectStore):
             container,
             lambda: AzureStore(self.account, container, "", self.options, self.suffix),
         )
+
+
+def _quoted(etag: str) -> str:
+    """An ETag as writes and ``head`` give it (quoted): listings give it bare."""
+    return f'"{etag}"' if etag and not etag.startswith('"') else etag

@@ -295,6 +295,7 @@ class S3Store(ObjectStore):
                     key=key,
                     size=int(obj["Size"]),
                     last_modified_ms=int(obj["LastModified"].timestamp() * 1000),
+                    tag=str(obj.get("ETag", "")),
                 )
             if not page.get("IsTruncated"):
                 return

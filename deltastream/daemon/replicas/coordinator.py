@@ -1,0 +1,640 @@
+"""One process's membership of a replica group: its heartbeat, the shards it holds, and
+the streams it starts and stops as shards change hands.
+
+The protocol (objects: :mod:`~deltastream.daemon.replicas.records`; liveness:
+:mod:`~deltastream.daemon.replicas.liveness`; sharing:
+:mod:`~deltastream.daemon.replicas.assignment`):
+
+* **Join**: create ``member-<id>.json`` (a new random id per process).
+* **Renew** every ``lease_ttl / 5``: rewrite it, conditional on the tag last written. The
+  send time of the last renewal that succeeded bounds everything this process may do:
+* **Self-fencing**: ``0.6 ttl`` after that send time without a newer success, the member
+  stops its streams at their next delivery boundary and gives up every shard it holds
+  (*lapses*); at ``0.8 ttl`` the ones still running are cancelled. Nobody takes a shard
+  from a member before seeing its heartbeat unchanged for a whole ttl, which is later than
+  that. A member that lapsed holds nothing until it has taken each shard again with a
+  conditional write, which a replica that took it meanwhile makes fail.
+* **Watch**: every poll interval (at most 1 s), one LIST of the directory gives every
+  heartbeat's and shard record's tag; records are read again only when their tag changed.
+  A held shard whose record changed was lost: its streams are cancelled at once.
+* **Share**: :func:`~deltastream.daemon.replicas.assignment.plan`, acted on with
+  conditional writes: a take writes the shard record over the tag read; a release (the
+  streams stopped first) writes it ``owner=""`` over the tag this member wrote.
+* **Leave** (SIGTERM): the heartbeat says ``leaving`` (the others share out without it), the
+  streams stop at their delivery boundaries, each shard is released, the heartbeat deleted:
+  another replica takes the shards at its next listing, well within 2 s.
+
+A stream that changes hands is still protected by its epoch: the new holder takes the next
+one in the stream's state, so anything a frozen process still tries to commit is fenced.
+
+An *exclusive* member (``tail``, ``--available-now``) takes only the shards of its own
+streams, only ones that are free or whose holder is gone, and keeps them until it ends; a
+shard a live replica holds is refused (:class:`~deltastream.errors.StreamHeldError`) as soon
+as that replica's heartbeat is seen to change, and waited for (at most ``lease_ttl``) while
+it does not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol, TypeVar
+
+import anyio
+import anyio.abc
+
+from deltastream.daemon.replicas.assignment import plan, quota
+from deltastream.daemon.replicas.liveness import Observer, process_gone, this_process
+from deltastream.daemon.replicas.records import (
+    GROUP_KEY,
+    GroupRecord,
+    MemberRecord,
+    ShardRecord,
+    member_key,
+    parse_key,
+    shard_key,
+)
+from deltastream.errors import (
+    CorruptFileError,
+    DeltaStreamError,
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StreamHeldError,
+)
+from deltastream.storage.base import ObjectStore
+
+__all__ = ["Coordinator", "GroupSettings", "LeaseStats", "ShardHost"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+#: Of a ttl after the send time of the last renewal that succeeded: when a member stops its
+#: streams at their next boundary and gives up its shards, and when it cancels the rest.
+_LAPSE_AT = 0.6
+_CANCEL_AT = 0.8
+#: A member takes shards only while this fraction of its ttl has not passed since its last
+#: renewal's send time (a take just before a lapse would be given up at once).
+_TAKE_BEFORE = 0.5
+#: Heartbeats of members gone for this many ttls are deleted (by any replica).
+_FORGET_AFTER = 4.0
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """Where a group's leases live and how they behave (``[server]`` keys)."""
+
+    uri: str
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    lease_ttl: float = 15.0
+    shards: int = 64
+    rebalance_delay: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.lease_ttl >= 1.0:
+            raise InvalidArgumentError(
+                f"lease_ttl must be at least 1 second, not {self.lease_ttl!r}"
+            )
+        if isinstance(self.shards, bool) or not 1 <= self.shards <= 4096:
+            raise InvalidArgumentError(
+                f"shards must be a whole number 1..4096, not {self.shards!r}"
+            )
+        if not self.rebalance_delay >= 0:
+            raise InvalidArgumentError(
+                f"rebalance_delay must be a number >= 0, not {self.rebalance_delay!r}"
+            )
+
+    @property
+    def renew_interval(self) -> float:
+        """Seconds between heartbeats: two may fail before the lease lapses (at 0.6 ttl)."""
+        return self.lease_ttl / 5
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between listings of the lease directory."""
+        return min(1.0, self.lease_ttl / 5)
+
+    @property
+    def request_timeout(self) -> float:
+        """A lease request that has not answered by then is abandoned (and retried)."""
+        return max(0.5, self.lease_ttl / 5)
+
+
+class ShardHost(Protocol):
+    """What runs the streams of the shards a member holds (the service)."""
+
+    def start_shard(self, shard: int) -> None:
+        """Start the shard's streams (returns at once)."""
+
+    async def stop_shard(self, shard: int, deadline: float) -> None:
+        """Stop the shard's streams at their next delivery boundary, cancelling those still
+        running at ``deadline`` (monotonic; now or past: at once); return once stopped."""
+
+
+@dataclass
+class LeaseStats:
+    """Counters for ``/metrics``."""
+
+    acquired: int = 0
+    released: int = 0
+    lost: int = 0
+    lapses: int = 0
+    requests: int = 0
+
+
+@dataclass(frozen=True)
+class MemberView:
+    record: MemberRecord
+    alive: bool
+    unchanged_for: float
+
+
+Role = Literal["replica", "exclusive"]
+
+
+class Coordinator:
+    """One process's membership of a group (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        settings: GroupSettings,
+        host: ShardHost,
+        *,
+        role: Role = "replica",
+        needed: Mapping[int, str] | None = None,
+        http: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``needed``: an exclusive member's shards, each with a stream of it (for messages)."""
+        self.store = store
+        self.settings = settings
+        self.host = host
+        self.role = role
+        self.needed = dict(needed or {})
+        self.clock = clock
+        self.member = uuid.uuid4().hex[:16]
+        self.identity = this_process()
+        self.stats = LeaseStats()
+        #: The shards this member holds and runs, with the tag of the record it wrote.
+        self.held: dict[int, str] = {}
+        self._releasing: set[int] = set()
+        self._record = MemberRecord(
+            member=self.member,
+            role="replica" if role == "replica" else "run-once",
+            host=self.identity.host,
+            pid=self.identity.pid,
+            boot_id=self.identity.boot_id,
+            started=self.identity.started,
+            http=http,
+        )
+        self._member_tag: str | None = None
+        self._last_ok_send: float | None = None
+        self._lapsed = True  # nothing held until the first renewal
+        self._next_renew = 0.0
+        self._observer = Observer(settings.lease_ttl)
+        self._cache: dict[str, tuple[str, object]] = {}
+        #: From the last listing: members, and each shard's recorded owner and tag.
+        self.members: dict[str, MemberView] = {}
+        self.owners: dict[int, str] = {}
+        self._shard_tags: dict[int, str] = {}
+        self._membership: frozenset[str] = frozenset()
+        self._stable_since = clock()
+        self._warned = False
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def uri(self) -> str:
+        return self.store.root_uri
+
+    @property
+    def valid(self) -> bool:
+        """Whether this member may run its shards now."""
+        return not self._lapsed
+
+    def quota(self) -> int:
+        return quota(self.member, self._replicas(), self.settings.shards)
+
+    def _replicas(self) -> list[str]:
+        return [
+            m
+            for m, view in self.members.items()
+            if view.alive and view.record.role == "replica" and not view.record.leaving
+        ]
+
+    # ------------------------------------------------------------------ requests
+
+    async def _put(self, key: str, data: bytes, if_match: str | None) -> str:
+        self.stats.requests += 1
+        with anyio.fail_after(self.settings.request_timeout):
+            return await self.store.put(key, data, if_match=if_match)
+
+    async def _get(self, key: str) -> tuple[bytes, str]:
+        self.stats.requests += 1
+        with anyio.fail_after(self.settings.request_timeout):
+            return await self.store.get_tagged(key)
+
+    async def _list(self) -> dict[str, str]:
+        self.stats.requests += 1
+        with anyio.fail_after(self.settings.request_timeout):
+            return {meta.key: meta.tag async for meta in self.store.list_from("")}
+
+    async def _delete(self, key: str) -> None:
+        self.stats.requests += 1
+        with anyio.fail_after(self.settings.request_timeout):
+            await self.store.delete(key)
+
+    # ------------------------------------------------------------------ joining
+
+    async def join(self) -> None:
+        """Check the group's shard count (recording it if this is the first member) and
+        write this member's heartbeat."""
+        group = GroupRecord(self.settings.shards)
+        source = self.store.uri_for(GROUP_KEY)
+        try:
+            raw, _ = await self._get(GROUP_KEY)
+        except ObjectNotFoundError:
+            try:
+                await self._put(GROUP_KEY, group.to_bytes(), "")
+            except PreconditionFailedError:
+                raw, _ = await self._get(GROUP_KEY)
+            else:
+                raw = group.to_bytes()
+        recorded = GroupRecord.from_bytes(source, raw)
+        if recorded.shards != group.shards:
+            raise InvalidArgumentError(
+                f"{source}: the group was created with {recorded.shards} shards, this "
+                f"configuration says {group.shards}; every replica of a group must use the "
+                "same [server] shards (to change it, stop every replica and remove the "
+                "lease directory)"
+            )
+        await self._renew()
+
+    async def _renew(self) -> bool:
+        """Write the heartbeat (the next ``seq``); whether it succeeded."""
+        sent = self.clock()
+        record = replace(self._record, seq=self._record.seq + 1)
+        data = record.to_bytes()
+        try:
+            tag = await self._put(member_key(self.member), data, self._member_tag or "")
+        except PreconditionFailedError:
+            # Deleted as gone (this process was frozen or cut off for long) or, after a
+            # timed-out write that did land, our own newer record: take it back either way
+            # (it is ours), having given up every shard first.
+            self._lapse("its heartbeat was changed or removed by another member")
+            try:
+                _, current = await self._get(member_key(self.member))
+            except ObjectNotFoundError:
+                current = ""
+            self._member_tag = current
+            return False
+        except (DeltaStreamError, TimeoutError, OSError) as e:
+            self._warn(f"cannot renew its lease: {e or type(e).__name__}")
+            return False
+        self._record, self._member_tag = record, tag
+        received = self.clock()
+        if self._last_ok_send is not None and received >= self._last_ok_send + (
+            _LAPSE_AT * self.settings.lease_ttl
+        ):
+            # The answer came after the lapse was due: the shards are given up (they may be
+            # taken by now); the renewal only lets this member take shards again.
+            self._lapse("its lease renewal answered too late")
+        self._last_ok_send = sent
+        self._next_renew = sent + self.settings.renew_interval
+        if self._lapsed:
+            self._lapsed = False
+            log.info("replica %s: lease held (group %s)", self.member, self.uri)
+        if self._warned:
+            self._warned = False
+            log.info("replica %s: lease renewed again", self.member)
+        return True
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("replica %s: %s", self.member, message, extra={"group": self.uri})
+
+    # ------------------------------------------------------------------ losing
+
+    def _lapse(self, why: str) -> None:
+        """Give up every shard at once (their streams stop at their next boundary, and are
+        cancelled by 0.8 ttl after the last good renewal)."""
+        if not self._lapsed:
+            self.stats.lapses += 1
+            log.warning(
+                "replica %s: %s; stopping its %d shard(s)' streams",
+                self.member,
+                why,
+                len(self.held),
+                extra={"group": self.uri},
+            )
+        self._lapsed = True
+        deadline = self._cancel_deadline()
+        for shard in list(self.held):
+            self._drop(shard, deadline, lost=True)
+
+    def _cancel_deadline(self) -> float:
+        if self._last_ok_send is None:
+            return self.clock()
+        return self._last_ok_send + _CANCEL_AT * self.settings.lease_ttl
+
+    def _drop(self, shard: int, deadline: float, *, lost: bool) -> None:
+        """Stop shard ``shard``'s streams (in the background) and forget holding it."""
+        self.held.pop(shard, None)
+        if lost:
+            self.stats.lost += 1
+        assert self._tg is not None
+        self._tg.start_soon(self.host.stop_shard, shard, deadline)
+
+    def check_lapse(self) -> bool:
+        """Lapse if the last good renewal is too old; whether this member holds its lease."""
+        ttl = self.settings.lease_ttl
+        last = self._last_ok_send
+        if last is not None and not self._lapsed and self.clock() >= last + _LAPSE_AT * ttl:
+            self._lapse(f"could not renew its lease for {_LAPSE_AT * ttl:.1f}s")
+        return not self._lapsed
+
+    async def watchdog(self) -> None:
+        """:meth:`check_lapse` on time even while a request hangs."""
+        while True:
+            self.check_lapse()
+            await anyio.sleep(self.settings.poll_interval / 4)
+
+    def bind(self, tg: anyio.abc.TaskGroup) -> None:
+        """Run the streams' stops and the releases in ``tg`` (:meth:`run` binds its own)."""
+        self._tg = tg
+
+    # ------------------------------------------------------------------ watching
+
+    async def _read(self, key: str, tag: str, parse: Callable[[str, bytes], R]) -> R | None:
+        """The record at ``key`` (tag ``tag`` in the listing), read again only if changed;
+        None if it vanished meanwhile."""
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] == tag:
+            return cached[1]  # type: ignore[return-value]
+        try:
+            raw, current = await self._get(key)
+        except ObjectNotFoundError:
+            return None
+        value = parse(self.store.uri_for(key), raw)
+        self._cache[key] = (current, value)
+        return value
+
+    async def observe(self) -> None:
+        """List the directory and bring :attr:`members` and :attr:`owners` up to date."""
+        listing = await self._list()
+        received = self.clock()
+        members: dict[str, MemberView] = {}
+        owners: dict[int, str] = {}
+        tags: dict[int, str] = {}
+        for key, tag in listing.items():
+            parsed = parse_key(key)
+            if parsed is None:
+                continue
+            kind, ident = parsed
+            if kind == "member":
+                assert isinstance(ident, str)
+                try:
+                    record = await self._read(key, tag, MemberRecord.from_bytes)
+                except CorruptFileError as e:
+                    self._warn(f"ignores an unreadable heartbeat: {e}")
+                    continue
+                if record is None:
+                    continue
+                self._observer.observe(ident, tag, received)
+                now = self.clock()
+                alive = ident == self.member or not (
+                    self._observer.expired(ident, now) or process_gone(record, self.identity)
+                )
+                members[ident] = MemberView(record, alive, self._observer.unchanged_for(ident, now))
+            elif isinstance(ident, int) and ident < self.settings.shards:
+                shard_record = await self._read(key, tag, ShardRecord.from_bytes)
+                if shard_record is not None:
+                    owners[ident] = shard_record.owner
+                    tags[ident] = tag
+        self._observer.forget_absent(set(members))
+        for key in list(self._cache):
+            if key not in listing:
+                del self._cache[key]
+        self.members, self.owners, self._shard_tags = members, owners, tags
+        membership = frozenset(self._replicas())
+        if membership != self._membership:
+            self._membership, self._stable_since = membership, self.clock()
+        # A shard whose record is not the one this member wrote changed hands.
+        for shard, mine in list(self.held.items()):
+            if shard in self._releasing:
+                continue
+            if tags.get(shard) != mine:
+                log.warning(
+                    "replica %s: shard %d was taken by %s; stopping its streams",
+                    self.member,
+                    shard,
+                    owners.get(shard) or "nobody",
+                    extra={"group": self.uri, "shard": shard},
+                )
+                self._drop(shard, self.clock(), lost=True)
+
+    # ------------------------------------------------------------------ taking, giving up
+
+    async def _take(self, shard: int, *, start: bool = True) -> bool:
+        """Write shard ``shard``'s record naming this member over the tag last listed."""
+        owner = self.owners.get(shard, "")
+        tag = self._shard_tags.get(shard, "")
+        generation = 0
+        cached = self._cache.get(shard_key(shard))
+        if cached is not None and isinstance(cached[1], ShardRecord):
+            generation = cached[1].generation
+        record = ShardRecord(self.member, generation + 1)
+        try:
+            new_tag = await self._put(shard_key(shard), record.to_bytes(), tag)
+        except PreconditionFailedError:
+            return False  # another member was quicker
+        if self._lapsed:
+            # Lapsed while the write was in flight: what it took must be given up again.
+            self.held[shard] = new_tag
+            self._drop(shard, self.clock(), lost=True)
+            return False
+        self.held[shard] = new_tag
+        self._cache[shard_key(shard)] = (new_tag, record)
+        self.stats.acquired += 1
+        was = f"from {owner} (gone)" if owner and owner != self.member else "(free)"
+        log.info(
+            "replica %s: took shard %d %s",
+            self.member,
+            shard,
+            was,
+            extra={"group": self.uri, "shard": shard},
+        )
+        if start:
+            self.host.start_shard(shard)
+        return True
+
+    async def _release(self, shard: int, deadline: float) -> None:
+        """Stop shard ``shard``'s streams, then record it free (over this member's tag)."""
+        self._releasing.add(shard)
+        try:
+            await self.host.stop_shard(shard, deadline)
+            tag = self.held.pop(shard, None)
+            if tag is None:
+                return  # lost meanwhile
+            cached = self._cache.get(shard_key(shard))
+            generation = (
+                cached[1].generation if cached and isinstance(cached[1], ShardRecord) else 0
+            )
+            record = ShardRecord("", generation + 1)
+            try:
+                new_tag = await self._put(shard_key(shard), record.to_bytes(), tag)
+            except PreconditionFailedError:
+                return
+            self._cache[shard_key(shard)] = (new_tag, record)
+            self.stats.released += 1
+            log.info(
+                "replica %s: released shard %d",
+                self.member,
+                shard,
+                extra={"group": self.uri, "shard": shard},
+            )
+        finally:
+            self._releasing.discard(shard)
+
+    async def _forget_gone(self) -> None:
+        """Delete the heartbeats of members gone for long (each restart leaves one)."""
+        limit = _FORGET_AFTER * self.settings.lease_ttl
+        for member, view in self.members.items():
+            if not view.alive and member != self.member and view.unchanged_for >= limit:
+                await self._delete(member_key(member))
+
+    async def step(self) -> None:
+        """One round: renew when due, list, then take or give up shards."""
+        if self.clock() >= self._next_renew:
+            await self._renew()
+        await self.observe()
+        if self._lapsed or self._last_ok_send is None:
+            return
+        if self.clock() >= self._last_ok_send + _TAKE_BEFORE * self.settings.lease_ttl:
+            return
+        if self.role == "exclusive":
+            return
+        shed = self.clock() - self._stable_since >= self.settings.rebalance_delay
+        live = {m for m, v in self.members.items() if v.alive}
+        todo = plan(
+            self.member,
+            shards=self.settings.shards,
+            replicas=self._replicas(),
+            owners=self.owners,
+            live=live,
+            held=set(self.held) - self._releasing,
+            shed=shed and not self._releasing,
+        )
+        for shard in todo.claims:
+            await self._take(shard)
+        for shard in todo.releases:
+            assert self._tg is not None
+            self._tg.start_soon(self._release, shard, self.clock() + self.settings.lease_ttl)
+        await self._forget_gone()
+
+    # ------------------------------------------------------------------ running
+
+    async def run(
+        self,
+        stopping: anyio.Event,
+        grace: float,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Be a member until ``stopping`` is set, then leave (streams get ``grace`` seconds
+        to reach a delivery boundary)."""
+        async with anyio.create_task_group() as tg:
+            self.bind(tg)
+            await self.join()
+            tg.start_soon(self.watchdog)
+            if self.role == "exclusive":
+                await self._take_needed(stopping)
+            task_status.started()
+            while not stopping.is_set():
+                try:
+                    await self.step()
+                except (DeltaStreamError, TimeoutError, OSError) as e:
+                    self._warn(f"cannot read the group's leases: {e or type(e).__name__}")
+                with anyio.move_on_after(self.settings.poll_interval):
+                    await stopping.wait()
+            with anyio.CancelScope(shield=True):
+                await self.leave(grace)
+            tg.cancel_scope.cancel()
+
+    async def leave(self, grace: float) -> None:
+        """Stop every held shard's streams (``grace`` seconds to reach a boundary), release
+        the shards, delete the heartbeat. Bounded: a store that does not answer leaves the
+        shards to expire."""
+        deadline = self.clock() + grace
+        self._record = replace(self._record, leaving=True)
+        if self.held:
+            await self._renew()  # best effort: a failure only leaves the shards to expire
+        async with anyio.create_task_group() as tg:
+            for shard in list(self.held):
+                if shard not in self._releasing:
+                    tg.start_soon(self._release_quietly, shard, deadline)
+        # Shards still being released by a rebalance are waited for too.
+        with anyio.move_on_after(grace + self.settings.request_timeout):
+            while self._releasing:  # noqa: ASYNC110 (a few polls while stopping)
+                await anyio.sleep(0.05)
+        try:
+            await self._delete(member_key(self.member))
+        except (DeltaStreamError, TimeoutError, OSError) as e:
+            log.warning("replica %s: could not remove its heartbeat: %s", self.member, e)
+
+    async def _release_quietly(self, shard: int, deadline: float) -> None:
+        try:
+            await self._release(shard, deadline)
+        except (DeltaStreamError, TimeoutError, OSError) as e:
+            log.warning(
+                "replica %s: could not release shard %d (it expires after lease_ttl): %s",
+                self.member,
+                shard,
+                e,
+            )
+
+    async def _take_needed(self, stopping: anyio.Event) -> None:
+        """An exclusive member: take every needed shard, or refuse (StreamHeldError) as soon
+        as one's holder is seen alive (its heartbeat changed); a holder that looks gone is
+        waited for at most ``lease_ttl``."""
+        seen_seq: dict[str, int] = {}
+        while not stopping.is_set():
+            if self._lapsed or self.clock() >= self._next_renew:
+                await self._renew()
+            await self.observe()
+            if self._lapsed:
+                await anyio.sleep(self.settings.poll_interval)
+                continue
+            waiting = False
+            for shard, stream in sorted(self.needed.items()):
+                if shard in self.held:
+                    continue
+                owner = self.owners.get(shard, "")
+                view = self.members.get(owner)
+                if owner and owner != self.member and view is not None and view.alive:
+                    # Alive as far as seen: refused once its heartbeat is seen to move.
+                    if view.record.seq != seen_seq.setdefault(owner, view.record.seq):
+                        with anyio.CancelScope(shield=True):
+                            await self.leave(0)  # gives back what it took (nothing ran)
+                        raise StreamHeldError(
+                            self.store.uri_for(shard_key(shard)),
+                            f"stream {stream!r} is run by {view.record.describe()} of the "
+                            f"group at {self.uri}; it was left alone. Stop that process, "
+                            "or let it run the stream",
+                        )
+                    waiting = True
+                    continue
+                if not await self._take(shard, start=False):
+                    waiting = True
+            if not waiting:
+                for shard in sorted(self.held):
+                    self.host.start_shard(shard)
+                return
+            await anyio.sleep(self.settings.poll_interval)

@@ -1,0 +1,438 @@
+"""Replica groups in one process: the lease records, the sharing rule, liveness by
+observation, and coordinators driven step by step on a clock the test moves, against a real
+local directory and moto's S3 server (the processes themselves: test_replica_processes.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deltastream.daemon.replicas.assignment import plan, quota
+from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
+from deltastream.daemon.replicas.liveness import Observer, process_gone, this_process
+from deltastream.daemon.replicas.records import (
+    GroupRecord,
+    MemberRecord,
+    ShardRecord,
+    member_key,
+    parse_key,
+    shard_key,
+    shard_of,
+)
+from deltastream.errors import (
+    CorruptFileError,
+    InvalidArgumentError,
+    StorageError,
+    StreamHeldError,
+)
+from deltastream.storage import open_store
+from deltastream.storage.base import ObjectStore
+
+# ---------------------------------------------------------------------- records
+
+
+def test_records_round_trip_and_refuse_what_they_cannot_read() -> None:
+    member = MemberRecord("m1", "replica", "h", 12, "boot", 99, seq=3, leaving=True, http="x:1")
+    assert MemberRecord.from_bytes("f", member.to_bytes()) == member
+    assert ShardRecord.from_bytes("f", ShardRecord("m1", 4).to_bytes()) == ShardRecord("m1", 4)
+    assert GroupRecord.from_bytes("f", GroupRecord(64).to_bytes()) == GroupRecord(64)
+    for raw in (b"{", b'{"format": 2, "owner": "a", "generation": 1}', b'{"format": 1}'):
+        with pytest.raises(CorruptFileError) as info:
+            ShardRecord.from_bytes("/g/shard-0001.json", raw)
+        assert info.value.path == "/g/shard-0001.json"
+    with pytest.raises(CorruptFileError, match="shard count"):
+        GroupRecord.from_bytes("/g/group.json", b'{"format": 1, "shards": 0}')
+
+
+def test_keys_and_shards() -> None:
+    assert parse_key(member_key("abc")) == ("member", "abc")
+    assert parse_key(shard_key(7)) == ("shard", 7)
+    for foreign in ("group.json", "shard-x.json", "member-.json", ".shard-0001.json.tmp1"):
+        assert parse_key(foreign) is None
+    # Stable across processes and versions: a fixed hash, not Python's.
+    assert shard_of("orders", 64) == shard_of("orders", 64)
+    script = (
+        "from deltastream.daemon.replicas.records import shard_of; print(shard_of('orders', 64))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
+    )
+    assert int(other.stdout) == shard_of("orders", 64)
+    counts = [0] * 16
+    for i in range(1600):
+        counts[shard_of(f"table_{i}", 16)] += 1
+    assert min(counts) > 60 and max(counts) < 140
+
+
+# ---------------------------------------------------------------------- sharing
+
+
+@given(st.integers(1, 300), st.sets(st.text("abcdef", min_size=1, max_size=4), min_size=1))
+def test_quotas_add_up_and_differ_by_at_most_one(shards: int, replicas: set[str]) -> None:
+    quotas = [quota(r, replicas, shards) for r in replicas]
+    assert sum(quotas) == shards
+    assert max(quotas) - min(quotas) <= 1
+    assert quota("not-a-member", replicas, shards) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 40),
+    st.lists(st.sampled_from(["join", "leave", "die"]), min_size=1, max_size=12),
+    st.randoms(use_true_random=False),
+)
+def test_shards_converge_to_one_live_holder_each_balanced(
+    shards: int, events: list[str], rnd: object
+) -> None:
+    """Members acting on their own plans in any order, with joins, clean leaves and deaths
+    between rounds: after a few rounds each shard has exactly one live holder, and every
+    replica holds its quota."""
+    import random
+
+    assert isinstance(rnd, random.Random)
+    owners: dict[int, str] = {}
+    live: list[str] = ["r0"]
+    serial = 1
+
+    def settle() -> None:
+        for _ in range(6):
+            order = live[:]
+            rnd.shuffle(order)
+            for me in order:
+                held = {s for s, o in owners.items() if o == me}
+                todo = plan(
+                    me,
+                    shards=shards,
+                    replicas=live,
+                    owners=owners,
+                    live=live,
+                    held=held,
+                    shed=True,
+                )
+                for s in todo.releases:
+                    owners[s] = ""
+                for s in todo.claims:
+                    # A conditional write: only over the owner the plan was made from.
+                    owners[s] = me
+
+    for event in events:
+        settle()
+        if event == "join":
+            live.append(f"r{serial}")
+            serial += 1
+        elif len(live) > 1:
+            gone = live.pop(rnd.randrange(len(live)))
+            if event == "leave":
+                for s, o in owners.items():
+                    if o == gone:
+                        owners[s] = ""
+    settle()
+    assert sorted(owners) == list(range(shards))
+    assert all(o in live for o in owners.values())
+    for me in live:
+        assert sum(1 for o in owners.values() if o == me) == quota(me, live, shards)
+
+
+def test_a_replica_gives_up_shards_only_when_allowed_and_takes_only_free_ones() -> None:
+    owners = {0: "a", 1: "a", 2: "a", 3: "b", 4: "dead", 5: ""}
+    common = {"shards": 6, "owners": owners, "live": {"a", "b"}}
+    # a holds 3 of a quota of 3 (a, b): nothing to do; b holds 1 of 3: takes 4 and 5.
+    assert plan("a", replicas={"a", "b"}, held={0, 1, 2}, shed=True, **common).claims == ()
+    assert set(plan("b", replicas={"a", "b"}, held={3}, shed=True, **common).claims) == {4, 5}
+    # c joins: a (3 of 2) gives one up, but only once shedding is allowed.
+    three = {"a", "b", "c"}
+    assert plan("a", replicas=three, held={0, 1, 2}, shed=False, **common).releases == ()
+    assert len(plan("a", replicas=three, held={0, 1, 2}, shed=True, **common).releases) == 1
+
+
+# ---------------------------------------------------------------------- liveness
+
+
+def test_a_member_is_gone_only_after_a_whole_ttl_without_a_new_tag() -> None:
+    observer = Observer(ttl=10)
+    observer.observe("m", "t1", received=100)
+    assert not observer.expired("m", 109.9)
+    observer.observe("m", "t2", received=105)  # renewed: the wait starts over
+    assert not observer.expired("m", 114.9)
+    observer.observe("m", "t2", received=112)  # the same tag again changes nothing
+    assert observer.expired("m", 115)
+    observer.forget_absent(set())
+    assert not observer.expired("m", 1000)
+
+
+def test_a_process_gone_from_this_machine_is_seen_at_once() -> None:
+    here = this_process()
+    me = MemberRecord("m", "replica", here.host, here.pid, here.boot_id, here.started)
+    assert not process_gone(me, here)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead = replace(me, pid=child.pid, started=1)
+    assert process_gone(dead, here)
+    # Its pid reused by another process: started differs.
+    assert process_gone(replace(me, started=here.started + 1), here)
+    # Another machine, or one rebooted since: left to observation.
+    assert not process_gone(replace(dead, host="elsewhere"), here)
+    assert not process_gone(replace(dead, boot_id="other-boot"), here)
+
+
+# ---------------------------------------------------------------------- coordinators
+
+
+@dataclass
+class Host:
+    """Records which shards a coordinator runs (start and stop are instant)."""
+
+    running: set[int] = field(default_factory=set)
+    starts: int = 0
+
+    def start_shard(self, shard: int) -> None:
+        assert shard not in self.running
+        self.running.add(shard)
+        self.starts += 1
+
+    async def stop_shard(self, shard: int, deadline: float) -> None:
+        self.running.discard(shard)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Flaky(ObjectStore):
+    """A store that can be cut off: every request fails while ``cut`` is set."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__()
+        self.inner = inner
+        self.cut = False
+
+    @property
+    def root_uri(self) -> str:
+        return self.inner.root_uri
+
+    def _check(self) -> None:
+        if self.cut:
+            raise StorageError(self.root_uri, "connection refused (cut off by the test)")
+
+    async def list_from(self, directory: str, start_after: str | None = None):  # type: ignore[no-untyped-def, override]
+        self._check()
+        async for meta in self.inner.list_from(directory, start_after):
+            yield meta
+
+    async def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
+        self._check()
+        return await self.inner.get(key, byte_range)
+
+    async def get_tagged(self, key: str) -> tuple[bytes, str]:
+        self._check()
+        return await self.inner.get_tagged(key)
+
+    async def head(self, key: str):  # type: ignore[no-untyped-def]
+        self._check()
+        return await self.inner.head(key)
+
+    async def put(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
+        self._check()
+        return await self.inner.put(key, data, if_match=if_match)
+
+    async def delete(self, key: str) -> None:
+        self._check()
+        await self.inner.delete(key)
+
+
+SETTINGS = GroupSettings("unused", lease_ttl=10, shards=12, rebalance_delay=5)
+
+
+@dataclass
+class Member:
+    coordinator: Coordinator
+    host: Host
+    store: Flaky
+
+
+@pytest.fixture(params=["local", "s3"])
+def group_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    if request.param == "local":
+        return str(tmp_path / "group"), {}
+    bucket = request.getfixturevalue("s3_bucket")
+    return bucket.uri("group"), bucket.storage_options
+
+
+@pytest.fixture
+async def group(
+    group_uri: tuple[str, dict[str, str]],
+) -> AsyncIterator[Callable[..., Member]]:
+    uri, options = group_uri
+    clock = Clock()
+    stores: list[ObjectStore] = []
+    async with anyio.create_task_group() as tg:
+
+        def member(role: str = "replica", needed: dict[int, str] | None = None) -> Member:
+            inner = open_store(uri, options)
+            stores.append(inner)
+            store = Flaky(inner)
+            host = Host()
+            coordinator = Coordinator(
+                store,
+                replace(SETTINGS, uri=uri),
+                host,
+                role=role,  # type: ignore[arg-type]
+                needed=needed,
+                clock=clock,
+            )
+            coordinator.bind(tg)
+            return Member(coordinator, host, store)
+
+        member.clock = clock  # type: ignore[attr-defined]
+        yield member
+        tg.cancel_scope.cancel()
+    for store in stores:
+        await store.aclose()
+
+
+async def steps(*members: Member, clock: Clock, seconds: float = 0.0, rounds: int = 3) -> None:
+    """Each member steps ``rounds`` times, the clock moving ``seconds`` before each round;
+    after every step no shard runs on two members."""
+    for _ in range(rounds):
+        clock.now += seconds
+        for m in members:
+            m.coordinator.check_lapse()
+            if not m.store.cut:
+                await m.coordinator.step()
+            await anyio.lowlevel.checkpoint()  # the stops the step started
+            running = [s for other in members for s in other.host.running]
+            assert len(running) == len(set(running)), running
+
+
+@pytest.mark.anyio
+async def test_replicas_share_rebalance_and_hand_over(group: Callable[..., Member]) -> None:
+    clock: Clock = group.clock  # type: ignore[attr-defined]
+    a = group()
+    await a.coordinator.join()
+    await steps(a, clock=clock)
+    assert a.host.running == set(range(12))
+    b = group()
+    await b.coordinator.join()
+    # b takes nothing held; a gives up half only after the rebalance delay.
+    await steps(a, b, clock=clock, seconds=1)
+    assert len(a.host.running) == 12 and not b.host.running
+    await steps(a, b, clock=clock, seconds=1, rounds=6)
+    assert {len(a.host.running), len(b.host.running)} == {6}
+    # a leaves cleanly: b has everything at its next step.
+    await a.coordinator.leave(grace=0)
+    await steps(b, clock=clock, rounds=1)
+    assert b.host.running == set(range(12)) and not a.host.running
+
+
+@pytest.mark.anyio
+async def test_a_dead_member_is_replaced_after_a_ttl_and_a_thawed_one_gives_up(
+    group: Callable[..., Member],
+) -> None:
+    clock: Clock = group.clock  # type: ignore[attr-defined]
+    a, b = group(), group()
+    await a.coordinator.join()
+    await b.coordinator.join()
+    await steps(a, b, clock=clock, seconds=1, rounds=8)
+    assert len(a.host.running) == 6
+    # a freezes: b sees its heartbeat unchanged, and waits a whole ttl before taking.
+    await steps(b, clock=clock, seconds=1, rounds=9)
+    assert len(b.host.running) == 6
+    await steps(b, clock=clock, seconds=1, rounds=2)
+    assert b.host.running == set(range(12))
+    # a thaws: its lease lapsed long ago, so it runs nothing any more (even before it
+    # lists), and what it then sees held by b it leaves alone.
+    assert not a.coordinator.check_lapse()
+    await anyio.lowlevel.checkpoint()
+    assert not a.host.running
+    await steps(a, b, clock=clock, seconds=1, rounds=3)
+    assert b.host.running == set(range(12))
+    assert a.coordinator.stats.lost == 6 and a.coordinator.stats.lapses == 1
+
+
+@pytest.mark.anyio
+async def test_a_member_cut_off_from_the_store_stops_before_anyone_takes_over(
+    group: Callable[..., Member],
+) -> None:
+    clock: Clock = group.clock  # type: ignore[attr-defined]
+    a, b = group(), group()
+    await a.coordinator.join()
+    await b.coordinator.join()
+    await steps(a, b, clock=clock, seconds=1, rounds=8)
+    a.store.cut = True
+    last_ok = clock.now
+    stopped_at = None
+    while len(b.host.running) < 12:
+        await steps(a, b, clock=clock, seconds=0.5, rounds=1)
+        if stopped_at is None and not a.host.running:
+            stopped_at = clock.now
+    took_over_at = clock.now
+    assert stopped_at is not None
+    # a stopped within 0.6 ttl of its last renewal, b took over a whole ttl after it.
+    assert stopped_at - last_ok <= 0.6 * 10 + 3.5
+    assert took_over_at - stopped_at >= 3
+    a.store.cut = False
+    await steps(a, b, clock=clock, seconds=1, rounds=8)
+    assert len(a.host.running) + len(b.host.running) == 12
+
+
+@pytest.mark.anyio
+async def test_a_run_once_member_takes_free_shards_and_is_refused_a_live_ones(
+    group: Callable[..., Member],
+) -> None:
+    clock: Clock = group.clock  # type: ignore[attr-defined]
+    job = group("exclusive", {0: "orders", 5: "users"})
+    await job.coordinator.join()
+    await job.coordinator._take_needed(anyio.Event())
+    assert job.host.running == {0, 5}
+    await job.coordinator.leave(grace=0)
+    assert not job.host.running
+
+    replica = group()
+    await replica.coordinator.join()
+    await steps(replica, clock=clock)
+    refused = group("exclusive", {5: "users"})
+    await refused.coordinator.join()
+
+    async def renew_replica() -> None:
+        while True:
+            clock.now += 1
+            await replica.coordinator.step()
+            await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(renew_replica)
+        with pytest.raises(StreamHeldError) as info:
+            await refused.coordinator._take_needed(anyio.Event())
+        tg.cancel_scope.cancel()
+    assert "stream 'users' is run by replica" in str(info.value)
+    assert info.value.uri.endswith("shard-0005.json")
+    assert not refused.host.running
+
+
+@pytest.mark.anyio
+async def test_a_group_keeps_its_shard_count(group: Callable[..., Member]) -> None:
+    first = group()
+    await first.coordinator.join()
+    other = group()
+    other.coordinator.settings = replace(other.coordinator.settings, shards=8)
+    with pytest.raises(InvalidArgumentError, match="created with 12 shards") as info:
+        await other.coordinator.join()
+    assert "group.json" in str(info.value)
