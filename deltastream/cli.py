@@ -42,6 +42,7 @@ from deltastream.daemon.service import sd_notify
 from deltastream.daemon.service.address import parse_address
 from deltastream.daemon.service.config import load_config
 from deltastream.daemon.service.preflight import check_service
+from deltastream.daemon.service.recorded_group import recorded_group
 from deltastream.daemon.service.supervisor import Service, ServiceConfig, single_stream
 from deltastream.daemon.sinks import SPEC_FORMS, parse_sink
 from deltastream.daemon.stream.config import (
@@ -619,6 +620,12 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
         tail = stream.tail
         sink = parse_sink(stream.sink, table=tail.name)
         anyio.run(lambda: reset_stream(tail.name, sink, tail.state, tail.resolved_state_options))
+    if args.command == "tail":
+        # A stream a replica group runs: take its lease there (refused while a replica
+        # runs it), as the group's only writer of it while this runs.
+        group = anyio.run(recorded_group, config.streams[0].tail)
+        if group is not None:
+            config = replace(config, group=group, exclusive=True)
     # A stream's failure is printed once. tail prints it as its error line when it ends, so
     # its log does not repeat it, except as the structured record of JSON logs (for the
     # machines that read them: error_class, stream, uri). serve logs it when it happens,

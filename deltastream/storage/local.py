@@ -18,6 +18,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -157,16 +158,41 @@ def _current_tag(path: Path) -> str:
         return ""
 
 
+#: The lock file beside each conditionally written file (hidden from listings).
+_LOCK_SUFFIX = ".deltastream-lock"
+#: How long a conditional write waits for another writer of the same file before it gives
+#: up (a transient error): a writer frozen inside its few microseconds of check and rename
+#: (SIGSTOP, a stalled VM) must not hang every other writer with it.
+_LOCK_WAIT = 2.0
+
+
+def _lock_name(target: str) -> str:
+    return f".{target}{_LOCK_SUFFIX}"
+
+
 @contextlib.contextmanager
-def _directory_lock(directory: Path, *, exclusive: bool) -> Iterator[None]:
-    """Hold an advisory lock on ``directory`` so that a conditional write's check and rename
-    happen as one step with respect to other conditional writers (on this machine)."""
+def _file_lock(path: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold an advisory lock for writes of ``path`` so that a conditional write's check and
+    rename happen as one step with respect to other conditional writers of that file (on
+    this machine). One lock per file, not per directory: a writer frozen while it holds one
+    holds up only that file's writers, and them only for ``_LOCK_WAIT``."""
     if not exclusive:
         yield
         return
-    fd = os.open(directory, os.O_RDONLY)
+    fd = os.open(path.parent / _lock_name(path.name), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + _LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        str(path),
+                        f"another writer held its lock for {_LOCK_WAIT:g}s (a frozen process?)",
+                    ) from None
+                time.sleep(0.002)
         yield
     finally:
         os.close(fd)  # closing releases the lock
@@ -329,6 +355,8 @@ class LocalStore(ObjectStore):
                     key = prefix + entry.name
                     if start_after is not None and key <= start_after:
                         continue
+                    if entry.name.endswith(_LOCK_SUFFIX):
+                        continue  # the lock of conditional writes, not an object
                     try:
                         if not entry.is_file():
                             continue
@@ -457,7 +485,7 @@ class LocalStore(ObjectStore):
                     f.write(data)
                     f.flush()
                     os.fsync(f.fileno())
-                with _directory_lock(path.parent, exclusive=if_match is not None):
+                with _file_lock(path, exclusive=if_match is not None):
                     if if_match is not None:
                         current = _current_tag(path)
                         if current != if_match:

@@ -5,8 +5,10 @@ through /healthz throughout), each row exactly once; and run-once jobs
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,10 +17,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
+from faultproxy import FaultProxy
 
 TABLES = 6
 
@@ -29,42 +33,61 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(root: Path, *, lease_ttl: float = 3, rebalance_delay: float = 1) -> Path:
+def toml_table(options: dict[str, str]) -> str:
+    return "{ " + ", ".join(f'{k} = "{v}"' for k, v in options.items()) + " }"
+
+
+def write_config(
+    root: Path,
+    *,
+    tables: int = TABLES,
+    lease_ttl: float = 3,
+    rebalance_delay: float = 1,
+    sink: str = "jsonl",
+    state_dir: str | None = None,
+    state_options: dict[str, str] | None = None,
+    name: str = "replicas.toml",
+) -> Path:
+    """A configuration of ``tables`` local tables ``t0``..., each into its own output
+    (``jsonl`` files, or ``delta`` tables: a change log each)."""
     lines = [
         "[server]",
         f"lease_ttl = {lease_ttl}",
-        "shards = 8",
+        "shards = 8" if tables <= TABLES else "shards = 64",
         f"rebalance_delay = {rebalance_delay}",
         "log_summary_interval = 0",
         "shutdown_grace = 5",
         "[defaults]",
-        f'state_dir = "{root / "state"}"',
+        f'state_dir = "{state_dir or root / "state"}"',
         "poll_interval = 0.1",
     ]
-    for i in range(TABLES):
-        lines += [
-            "[[tables]]",
-            f'name = "t{i}"',
-            f'uri = "{root / f"t{i}"}"',
-            f'sink = "jsonl:{root / "out" / f"t{i}.jsonl"}"',
-        ]
-    path = root / "replicas.toml"
+    if state_options:
+        lines.append(f"state_storage_options = {toml_table(state_options)}")
+    for i in range(tables):
+        output = (
+            f"jsonl:{root / 'out' / f't{i}.jsonl'}"
+            if sink == "jsonl"
+            else f"delta:{root / 'out' / f't{i}'}"
+        )
+        lines += ["[[tables]]", f'name = "t{i}"', f'uri = "{root / f"t{i}"}"', f'sink = "{output}"']
+    path = root / name
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def append(root: Path, version_rows: int, start: int) -> None:
-    for i in range(TABLES):
+def append(root: Path, version_rows: int, start: int, tables: int = TABLES) -> None:
+    for i in range(tables):
         ids = list(range(start, start + version_rows))
         write_deltalake(root / f"t{i}", pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
 
 
 class Replica:
-    def __init__(self, config: Path, log: Path, *extra: str) -> None:
+    def __init__(self, config: Path, log: Path, *extra: str, prefix: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.log = log
         self.process = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "deltastream",
@@ -92,6 +115,14 @@ class Replica:
         except OSError:
             return None
         return {t["name"] for t in body["tables"] if t["owned"]}
+
+    def metric(self, name: str) -> float:
+        """A sample of the replica's /metrics (the first with that name)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as page:
+            for line in page.read().decode().splitlines():
+                if line.startswith(name + "{") or line.startswith(name + " "):
+                    return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"no {name} in /metrics")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process.poll() is None:
@@ -123,13 +154,28 @@ def watch(replicas: list[Replica], until: object, timeout: float = 30) -> float:
         time.sleep(0.05)
 
 
-def delivered(root: Path) -> dict[str, list[int]]:
+def delivered(root: Path, tables: int = TABLES) -> dict[str, list[int]]:
+    """Each table's delivered ids (from its jsonl file or its delta change log), sorted."""
     out = {}
-    for i in range(TABLES):
+    for i in range(tables):
         path = root / "out" / f"t{i}.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        out[f"t{i}"] = sorted(r["id"] for r in rows)
+        if path.exists():
+            ids = [json.loads(line)["id"] for line in path.read_text().splitlines()]
+        elif (root / "out" / f"t{i}" / "_delta_log").exists():
+            ids = DeltaTable(root / "out" / f"t{i}").to_pyarrow_table(columns=["id"])["id"]
+            ids = ids.to_pylist()
+        else:
+            ids = []
+        out[f"t{i}"] = sorted(ids)
     return out
+
+
+def wait_delivered(root: Path, expected: list[int], tables: int = TABLES) -> None:
+    want = {f"t{i}": expected for i in range(tables)}
+    deadline = time.monotonic() + 60
+    while (got := delivered(root, tables)) != want:
+        assert time.monotonic() < deadline, got
+        time.sleep(0.2)
 
 
 ALL = {f"t{i}" for i in range(TABLES)}
@@ -168,10 +214,7 @@ def test_replicas_share_hand_over_on_sigterm_and_take_over_after_kill(
     takeover = watch([b, c], lambda owned: owned[0] == ALL, timeout=10)
     assert takeover < 3 + 2, takeover
     append(tmp_path, 2, 6)
-    deadline = time.monotonic() + 20
-    while delivered(tmp_path) != {t: list(range(8)) for t in ALL}:
-        assert time.monotonic() < deadline, delivered(tmp_path)
-        time.sleep(0.1)
+    wait_delivered(tmp_path, list(range(8)))
     b.stop()
     # Exactly once: every row once, however often its stream changed hands.
     assert delivered(tmp_path) == {t: list(range(8)) for t in ALL}
@@ -216,8 +259,29 @@ def test_available_now_delivers_what_was_there_then_exits_and_refuses_a_running_
     errors = [line for line in refused.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "is run by replica" in errors[0], refused.stderr
     assert "shard-" in errors[0] and "it was left alone" in errors[0]
+
+    # A tail of one of the group's streams finds the group in the stream's state: refused
+    # too while the replica runs it, and run once the replica is gone.
+    def tail_t0() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "deltastream", "tail", str(tmp_path / "t0")),
+                *("--sink", f"jsonl:{tmp_path / 'out' / 't0.jsonl'}", "--name", "t0"),
+                *("--state", str(tmp_path / "state" / "t0"), "--available-now"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    held = tail_t0()
+    assert held.returncode == 2 and "stream 't0' is run by replica" in held.stderr, held.stderr
     replica.stop()
     assert replica.process.returncode == 0
+    append(tmp_path, 1, 5)
+    alone = tail_t0()
+    assert alone.returncode == 0, alone.stderr
+    assert delivered(tmp_path)["t0"] == [0, 1, 2, 3, 4, 5]
 
 
 def test_tail_available_now_delivers_up_to_the_latest_version_then_exits(tmp_path: Path) -> None:
@@ -256,3 +320,153 @@ def test_tail_available_now_delivers_up_to_the_latest_version_then_exits(tmp_pat
     again = tail()
     assert again.returncode == 0, again.stderr
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [0, 1, 2, 3]
+
+
+def test_a_frozen_replica_is_replaced_and_commits_nothing_when_it_thaws(
+    tmp_path: Path, replicas: list[Replica]
+) -> None:
+    """SIGSTOP past the lease: the standby takes the streams over (a new epoch in each
+    stream's state and Delta target); the versions written meanwhile go through it. SIGCONT:
+    the thawed replica's lease has lapsed and its streams' epochs moved on, so whatever it
+    still tries commits nothing; every row lands once."""
+    (tmp_path / "out").mkdir()
+    append(tmp_path, 2, 0)
+    # A huge rebalance delay: b gets nothing while a lives.
+    config = write_config(tmp_path, sink="delta", rebalance_delay=1000)
+    a = Replica(config, tmp_path / "a.log")
+    replicas.append(a)
+    watch([a], lambda owned: owned[0] == ALL)
+    wait_delivered(tmp_path, [0, 1])
+    b = Replica(config, tmp_path / "b.log")
+    replicas.append(b)
+    watch([b], lambda owned: owned[0] == set())
+    a.process.send_signal(signal.SIGSTOP)
+    frozen = time.monotonic()
+    append(tmp_path, 2, 2)
+    # b takes over once it saw a's heartbeat unchanged for lease_ttl (3 s).
+    watch([b], lambda owned: owned[0] == ALL, timeout=15)
+    assert time.monotonic() - frozen >= 3
+    wait_delivered(tmp_path, [0, 1, 2, 3])
+    a.process.send_signal(signal.SIGCONT)
+    append(tmp_path, 2, 4)
+    # The thawed replica runs nothing; b delivers the rest; nothing twice.
+    watch([a, b], lambda owned: owned[0] == set() and owned[1] == ALL, timeout=15)
+    wait_delivered(tmp_path, list(range(6)))
+    time.sleep(1)  # anything a still tried would have landed by now
+    assert delivered(tmp_path) == {t: list(range(6)) for t in ALL}
+    log = a.log.read_text()
+    assert "could not renew its lease" in log or "its lease renewal answered too late" in log, log
+    a.stop()
+    b.stop()
+    assert delivered(tmp_path) == {t: list(range(6)) for t in ALL}
+
+
+def test_a_replica_cut_off_from_the_state_store_stops_before_its_lease_expires(
+    tmp_path: Path, replicas: list[Replica], s3_bucket: Any
+) -> None:
+    """State and leases on S3; replica a reaches them through a fault proxy that then
+    resets every connection: a stops its streams (standby) within 0.6 lease_ttl of its last
+    renewal, before b (direct) may take them, which it does after a whole lease_ttl."""
+    (tmp_path / "out").mkdir()
+    append(tmp_path, 2, 0)
+    state = s3_bucket.uri("state")
+    direct = s3_bucket.storage_options
+    with FaultProxy(direct["endpoint_url"], weights={"reset": 1.0}) as proxy:
+        proxied = {**direct, "endpoint_url": proxy.url}
+        config_a = write_config(
+            tmp_path, state_dir=state, state_options=proxied, rebalance_delay=1000, name="a.toml"
+        )
+        config_b = write_config(
+            tmp_path, state_dir=state, state_options=direct, rebalance_delay=1000, name="b.toml"
+        )
+        a = Replica(config_a, tmp_path / "a.log")
+        replicas.append(a)
+        watch([a], lambda owned: owned[0] == ALL)
+        wait_delivered(tmp_path, [0, 1])
+        b = Replica(config_b, tmp_path / "b.log")
+        replicas.append(b)
+        watch([b], lambda owned: owned[0] == set())
+        proxy.rate = 1.0
+        cut = time.monotonic()
+        # a gives everything up on its own clock (0.6 x 3 s after its last renewal), and b
+        # takes nothing before then: both are checked all along by watch().
+        watch([a, b], lambda owned: owned[0] == set(), timeout=10)
+        stopped = time.monotonic() - cut
+        assert stopped < 3, stopped
+        watch([a, b], lambda owned: owned[1] == ALL, timeout=15)
+        append(tmp_path, 2, 2)
+        wait_delivered(tmp_path, [0, 1, 2, 3])
+        assert a.metric("deltastream_lease_lapses_total") >= 1
+        assert a.metric("deltastream_replica_lease_held") == 0
+        b.stop()
+        a.stop(signal.SIGKILL)
+    assert delivered(tmp_path) == {t: [0, 1, 2, 3] for t in ALL}
+
+
+def test_a_replica_ten_minutes_ahead_takes_no_lease_that_is_still_renewed(
+    tmp_path: Path, replicas: list[Replica]
+) -> None:
+    """Leases are judged on each replica's own monotonic clock: a replica whose clocks run
+    ten minutes ahead (Debian's faketime) takes nothing from a live one, and takes over as
+    soon as that one dies."""
+    faketime = shutil.which("faketime")
+    assert faketime, "Debian's faketime is missing (tests/run installs it)"
+    (tmp_path / "out").mkdir()
+    append(tmp_path, 1, 0)
+    config = write_config(tmp_path, rebalance_delay=1000)
+    a = Replica(config, tmp_path / "a.log")
+    replicas.append(a)
+    watch([a], lambda owned: owned[0] == ALL)
+    ahead = Replica(config, tmp_path / "ahead.log", prefix=(faketime, "-f", "+10m"))
+    replicas.append(ahead)
+    watch([ahead], lambda owned: owned[0] == set())
+    # Its clock really is ahead: the time its log lines carry.
+    stamp = ahead.log.read_text().splitlines()[0][:19]
+    logged = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").astimezone()
+    skew = logged.timestamp() - time.time()
+    assert 500 < skew < 700, (skew, stamp)
+    # Three lease periods: it never takes a shard (watch checks no stream runs twice).
+    start = time.monotonic()
+    while time.monotonic() - start < 9:
+        watch([a, ahead], lambda owned: owned[0] == ALL and owned[1] == set())
+        time.sleep(0.2)
+    assert ahead.metric("deltastream_lease_transitions_total") == 0
+    a.stop(signal.SIGKILL)
+    watch([ahead], lambda owned: owned[0] == ALL, timeout=10)
+    append(tmp_path, 1, 1)
+    wait_delivered(tmp_path, [0, 1])
+
+
+def test_two_hundred_tables_over_three_replicas_through_a_kill_and_a_join(
+    tmp_path: Path, replicas: list[Replica]
+) -> None:
+    tables = 200
+    everything = {f"t{i}" for i in range(tables)}
+    (tmp_path / "out").mkdir()
+    append(tmp_path, 1, 0, tables)
+    config = write_config(tmp_path, tables=tables, lease_ttl=5, rebalance_delay=2)
+
+    def balanced(group: list[Replica]) -> bool:
+        # Every table runs, and each replica holds its quota (within one of its share).
+        owned = [r.owned() or set() for r in group]
+        if set().union(*owned) != everything:
+            return False
+        try:
+            held = [r.metric("deltastream_replica_shards_owned") for r in group]
+            quotas = [r.metric("deltastream_replica_shards_quota") for r in group]
+        except OSError:
+            return False  # one just started: not serving yet
+        return held == quotas and sum(held) == 64 and max(held) - min(held) <= 1
+
+    group = [Replica(config, tmp_path / f"r{i}.log") for i in range(3)]
+    replicas.extend(group)
+    watch(group, lambda owned: balanced(group), timeout=60)
+    group[1].stop(signal.SIGKILL)
+    survivors = [group[0], group[2]]
+    watch(group, lambda owned: balanced(survivors), timeout=30)
+    joined = Replica(config, tmp_path / "r3.log")
+    replicas.append(joined)
+    final = [*survivors, joined]
+    watch([*group, joined], lambda owned: balanced(final), timeout=60)
+    append(tmp_path, 1, 1, tables)
+    wait_delivered(tmp_path, [0, 1], tables)

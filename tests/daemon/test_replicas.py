@@ -436,3 +436,31 @@ async def test_a_group_keeps_its_shard_count(group: Callable[..., Member]) -> No
     with pytest.raises(InvalidArgumentError, match="created with 12 shards") as info:
         await other.coordinator.join()
     assert "group.json" in str(info.value)
+
+
+@pytest.mark.anyio
+async def test_a_replica_started_while_the_store_is_down_joins_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """On the real clock: joining is retried (no crash), then the lone replica takes every
+    shard; stopping releases them and removes its heartbeat."""
+    store = Flaky(open_store(str(tmp_path / "group")))
+    store.cut = True
+    host = Host()
+    settings = GroupSettings(str(tmp_path / "group"), lease_ttl=1, shards=4)
+    coordinator = Coordinator(store, settings, host)
+    stopping = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(coordinator.run, stopping, 1.0)
+        await anyio.sleep(0.6)
+        assert not host.running and not (tmp_path / "group").exists()
+        store.cut = False
+        with anyio.fail_after(10):
+            while host.running != {0, 1, 2, 3}:  # noqa: ASYNC110 (the host has no event)
+                await anyio.sleep(0.05)
+        stopping.set()
+    assert not host.running
+    assert coordinator.stats.released == 4
+    names = sorted(p.name for p in (tmp_path / "group").iterdir() if p.suffix == ".json")
+    assert names == ["group.json", *(shard_key(s) for s in range(4))]
+    await store.inner.aclose()

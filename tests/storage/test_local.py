@@ -629,3 +629,33 @@ def test_filesystem_type_is_that_of_the_longest_mount_point_holding_the_path(
     assert local.filesystem_type(tmp_path / "my") == "tmpfs"
     monkeypatch.setattr(local, "MOUNTS", str(tmp_path / "absent"))
     assert local.filesystem_type(tmp_path) is None
+
+
+@pytest.mark.anyio
+async def test_a_writer_frozen_in_a_conditional_write_holds_up_only_that_file(
+    tmp_path: Path,
+) -> None:
+    """The check and rename of a conditional write are locked per file: another writer of
+    the same file waits at most a bounded time, then fails (transient); writers of other
+    files in the directory go on; the lock files are no objects of the listing."""
+    import fcntl
+
+    store = LocalStore(str(tmp_path))
+    await store.put("d/held.json", b"0", if_match="")
+    await store.put("d/free.json", b"0", if_match="")
+    # Another process frozen inside its write of d/held.json holds the file's lock.
+    frozen = os.open(tmp_path / "d" / ".held.json.deltastream-lock", os.O_RDWR)
+    fcntl.flock(frozen, fcntl.LOCK_EX)
+    try:
+        start = time.monotonic()
+        with pytest.raises(StorageError, match="held its lock") as info:
+            await store.put("d/held.json", b"1", if_match=(await store.head("d/held.json")).tag)
+        assert 1.5 < time.monotonic() - start < 5
+        assert info.value.uri == str(tmp_path / "d" / "held.json")
+        assert is_transient(info.value)
+        tag = (await store.head("d/free.json")).tag
+        assert await store.put("d/free.json", b"1", if_match=tag)
+    finally:
+        os.close(frozen)
+    assert [m.key for m in await collect(store, "d/")] == ["d/free.json", "d/held.json"]
+    assert await store.get("d/held.json") == b"0"

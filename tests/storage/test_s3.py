@@ -1157,7 +1157,11 @@ async def test_closing_the_store_closes_its_feeds_and_the_sqs_client(
     assert feed is not None
     client = store._sqs_client
     assert client is not None
-    await anyio.sleep(0.1)  # a long poll is in flight
+    # A long poll is in flight once the client opened its HTTP session (on a busy machine
+    # that takes longer than on an idle one: waited for, not slept).
+    with anyio.fail_after(10):
+        while not _sessions(client):  # noqa: ASYNC110 (the client has no event for it)
+            await anyio.sleep(0.02)
     task = feed._task  # type: ignore[attr-defined]
     assert not task.done()
     sessions = _sessions(client)

@@ -63,6 +63,7 @@ from deltastream.errors import (
     InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
+    StorageError,
     StreamHeldError,
 )
 from deltastream.storage.base import ObjectStore
@@ -121,7 +122,7 @@ class GroupSettings:
     @property
     def request_timeout(self) -> float:
         """A lease request that has not answered by then is abandoned (and retried)."""
-        return max(0.5, self.lease_ttl / 5)
+        return max(1.0, self.lease_ttl / 5)
 
 
 class ShardHost(Protocol):
@@ -154,6 +155,10 @@ class MemberView:
 
 
 Role = Literal["replica", "exclusive"]
+
+
+class _Waiting(Exception):
+    """An exclusive member must wait for a shard (its holder may be gone)."""
 
 
 class Coordinator:
@@ -193,6 +198,7 @@ class Coordinator:
             http=http,
         )
         self._member_tag: str | None = None
+        self._renew_lock = anyio.Lock()
         self._last_ok_send: float | None = None
         self._lapsed = True  # nothing held until the first renewal
         self._next_renew = 0.0
@@ -255,7 +261,7 @@ class Coordinator:
     async def join(self) -> None:
         """Check the group's shard count (recording it if this is the first member) and
         write this member's heartbeat."""
-        group = GroupRecord(self.settings.shards)
+        group = GroupRecord(self.settings.shards, self.settings.lease_ttl)
         source = self.store.uri_for(GROUP_KEY)
         try:
             raw, _ = await self._get(GROUP_KEY)
@@ -277,7 +283,12 @@ class Coordinator:
         await self._renew()
 
     async def _renew(self) -> bool:
-        """Write the heartbeat (the next ``seq``); whether it succeeded."""
+        """Write the heartbeat (the next ``seq``); whether it succeeded. One at a time: two
+        writes over one tag would fail each other's precondition."""
+        async with self._renew_lock:
+            return await self._renew_now()
+
+    async def _renew_now(self) -> bool:
         sent = self.clock()
         record = replace(self._record, seq=self._record.seq + 1)
         data = record.to_bytes()
@@ -510,9 +521,19 @@ class Coordinator:
             if not view.alive and member != self.member and view.unchanged_for >= limit:
                 await self._delete(member_key(member))
 
-    async def step(self) -> None:
-        """One round: renew when due, list, then take or give up shards."""
-        if self.clock() >= self._next_renew:
+    async def heartbeat(self) -> None:
+        """Renew on time, whatever the listings and takes are doing (:meth:`run` runs this
+        beside them: a slow LIST must not delay a renewal into a lapse)."""
+        while True:
+            if self.clock() >= self._next_renew:
+                await self._renew()
+            delay = self._next_renew - self.clock()
+            await anyio.sleep(max(0.0, min(delay, self.settings.poll_interval)))
+
+    async def step(self, *, renew: bool = True) -> None:
+        """One round: renew when due (unless :meth:`heartbeat` does), list, then take or
+        give up shards."""
+        if renew and self.clock() >= self._next_renew:
             await self._renew()
         await self.observe()
         if self._lapsed or self._last_ok_send is None:
@@ -552,14 +573,27 @@ class Coordinator:
         to reach a delivery boundary)."""
         async with anyio.create_task_group() as tg:
             self.bind(tg)
-            await self.join()
+            # A store that does not answer yet is waited for (a replica starting while the
+            # store is down joins when it is back); a wrong group is an error at once.
+            while not stopping.is_set():
+                try:
+                    await self.join()
+                    break
+                except (StorageError, TimeoutError) as e:
+                    self._warn(f"cannot join the group yet: {e or type(e).__name__}")
+                    with anyio.move_on_after(self.settings.poll_interval):
+                        await stopping.wait()
+            else:
+                tg.cancel_scope.cancel()
+                return
             tg.start_soon(self.watchdog)
+            tg.start_soon(self.heartbeat)
             if self.role == "exclusive":
                 await self._take_needed(stopping)
             task_status.started()
             while not stopping.is_set():
                 try:
-                    await self.step()
+                    await self.step(renew=False)
                 except (DeltaStreamError, TimeoutError, OSError) as e:
                     self._warn(f"cannot read the group's leases: {e or type(e).__name__}")
                 with anyio.move_on_after(self.settings.poll_interval):
@@ -606,35 +640,45 @@ class Coordinator:
         waited for at most ``lease_ttl``."""
         seen_seq: dict[str, int] = {}
         while not stopping.is_set():
-            if self._lapsed or self.clock() >= self._next_renew:
-                await self._renew()
-            await self.observe()
-            if self._lapsed:
-                await anyio.sleep(self.settings.poll_interval)
-                continue
-            waiting = False
-            for shard, stream in sorted(self.needed.items()):
-                if shard in self.held:
-                    continue
-                owner = self.owners.get(shard, "")
-                view = self.members.get(owner)
-                if owner and owner != self.member and view is not None and view.alive:
-                    # Alive as far as seen: refused once its heartbeat is seen to move.
-                    if view.record.seq != seen_seq.setdefault(owner, view.record.seq):
-                        with anyio.CancelScope(shield=True):
-                            await self.leave(0)  # gives back what it took (nothing ran)
-                        raise StreamHeldError(
-                            self.store.uri_for(shard_key(shard)),
-                            f"stream {stream!r} is run by {view.record.describe()} of the "
-                            f"group at {self.uri}; it was left alone. Stop that process, "
-                            "or let it run the stream",
-                        )
-                    waiting = True
-                    continue
-                if not await self._take(shard, start=False):
-                    waiting = True
-            if not waiting:
-                for shard in sorted(self.held):
-                    self.host.start_shard(shard)
+            try:
+                await self._take_needed_step(seen_seq)
                 return
+            except (StorageError, TimeoutError) as e:
+                self._warn(f"cannot read the group's leases: {e or type(e).__name__}")
+            except _Waiting:
+                pass
             await anyio.sleep(self.settings.poll_interval)
+
+    async def _take_needed_step(self, seen_seq: dict[str, int]) -> None:
+        """One attempt of :meth:`_take_needed`: returns once every needed shard is held,
+        raises :class:`_Waiting` to be called again."""
+        if self._lapsed:
+            await self._renew()  # (the heartbeat renews on time otherwise)
+        await self.observe()
+        if self._lapsed:
+            raise _Waiting
+        waiting = False
+        for shard, stream in sorted(self.needed.items()):
+            if shard in self.held:
+                continue
+            owner = self.owners.get(shard, "")
+            view = self.members.get(owner)
+            if owner and owner != self.member and view is not None and view.alive:
+                # Alive as far as seen: refused once its heartbeat is seen to move.
+                if view.record.seq != seen_seq.setdefault(owner, view.record.seq):
+                    with anyio.CancelScope(shield=True):
+                        await self.leave(0)  # gives back what it took (nothing ran)
+                    raise StreamHeldError(
+                        self.store.uri_for(shard_key(shard)),
+                        f"stream {stream!r} is run by {view.record.describe()} of the "
+                        f"group at {self.uri}; it was left alone. Stop that process, "
+                        "or let it run the stream",
+                    )
+                waiting = True
+                continue
+            if not await self._take(shard, start=False):
+                waiting = True
+        if waiting:
+            raise _Waiting
+        for shard in sorted(self.held):
+            self.host.start_shard(shard)

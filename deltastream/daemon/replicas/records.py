@@ -85,12 +85,15 @@ def _dump(value: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True)
 class GroupRecord:
-    """``group.json``: fixed for the group's life (a different count would move streams)."""
+    """``group.json``: the shard count, fixed for the group's life (a different count would
+    move streams), and the lease ttl of the replica that created it (what a ``tail`` of one
+    of its streams, which has no configuration of the group, waits with)."""
 
     shards: int
+    lease_ttl: float = 15.0
 
     def to_bytes(self) -> bytes:
-        return _dump({"shards": self.shards})
+        return _dump({"shards": self.shards, "lease_ttl": self.lease_ttl})
 
     @classmethod
     def from_bytes(cls, source: str, raw: bytes) -> GroupRecord:
@@ -98,7 +101,10 @@ class GroupRecord:
         shards = value.get("shards")
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise CorruptFileError(source, f"holds no valid shard count: {shards!r}")
-        return cls(shards)
+        ttl = value.get("lease_ttl", 15.0)
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl >= 1:
+            raise CorruptFileError(source, f"holds no valid lease ttl: {ttl!r}")
+        return cls(shards, float(ttl))
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,10 @@ class ServiceConfig:
     group: GroupSettings | None = None
     #: Deliver what each table holds when the stream starts, then end (``--available-now``).
     available_now: bool = False
+    #: In a group: take only this service's own streams' shards, refused while a live
+    #: member holds one, and keep them until the end (``tail``; ``--available-now``), rather
+    #: than share the group's shards as a replica.
+    exclusive: bool = False
 
     def __post_init__(self) -> None:
         for key in (
@@ -294,7 +298,7 @@ class Service:
     async def _run_group(self, group: GroupSettings) -> None:
         """Be a member of the group until stopped (or, ``--available-now``, until every
         stream finished), running the streams of the shards this process holds."""
-        exclusive = self.config.available_now
+        exclusive = self.config.exclusive or self.config.available_now
         needed = {shard: streams[0].tail.name for shard, streams in self._by_shard.items()}
         http = "" if self.address is None else f"{self.address[0]}:{self.address[1]}"
         async with open_store(group.uri, group.storage_options) as store:
@@ -324,7 +328,7 @@ class Service:
                         self.metrics[stream.tail.name].status = "failed"
 
     async def _leave_when_done(self, leave: anyio.Event) -> None:
-        if self.config.available_now:
+        if self.config.exclusive or self.config.available_now:
             await _either(self._stopping, self._all_finished)
         else:
             await self._stopping.wait()
@@ -429,6 +433,7 @@ class Service:
                     progress=self._progress,
                     starts=self._starts,
                     until_latest=self.config.available_now,
+                    group="" if self.config.group is None else self.config.group.uri,
                 )
                 self.tailers[name] = tailer
                 if stopping():
@@ -441,8 +446,10 @@ class Service:
                 metrics.status = "stopped"
                 if not tailer.stopping:
                     self._finished(name)
+                handed = stop is not None and stop.is_set() and not self.stopping
                 log.info(
-                    "%s: stopped at %s",
+                    # A replica gives a stream up when its shard moves to another one.
+                    "%s: handed over at %s" if handed else "%s: stopped at %s",
                     name,
                     tailer.position,
                     extra={

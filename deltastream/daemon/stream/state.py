@@ -86,6 +86,10 @@ class StreamState:
     #: The stream's epoch (fencing token): raised by the conditional write of each process
     #: that takes the stream over (0: written before epochs were kept).
     epoch: int = 0
+    #: The lease directory of the replica group that runs the stream ("": none), so that a
+    #: ``tail`` of the stream takes its lease there too (and is refused while a replica
+    #: runs it).
+    group: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +105,7 @@ class StreamState:
             "owner": self.owner,
             "updated_ms": self.updated_ms,
             "epoch": self.epoch,
+            "group": self.group,
         }
 
     @classmethod
@@ -123,6 +128,7 @@ class StreamState:
                 updated_ms=int(value.get("updated_ms", 0)),
                 stream=str(value.get("stream", "")),
                 epoch=int(value.get("epoch", 0)),
+                group=str(value.get("group", "")),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptFileError(source, f"not a valid stream state: {e}") from None

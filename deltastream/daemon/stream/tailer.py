@@ -114,10 +114,13 @@ class Tailer:
         progress: Progress | None = None,
         starts: anyio.CapacityLimiter | None = None,
         until_latest: bool = False,
+        group: str = "",
     ) -> None:
         """``until_latest``: deliver what the table holds up to its latest version when the
-        stream starts, then return (``--available-now``)."""
+        stream starts, then return (``--available-now``). ``group``: the lease directory of
+        the replica group running the stream, recorded in its state."""
         self.config = config
+        self._group = group
         self._until_latest = until_latest
         #: With ``until_latest``: the last version to deliver (known once started).
         self._until: int | None = None
@@ -348,6 +351,7 @@ class Tailer:
                 snapshot_version=saved,
                 stream=cfg.name,
                 epoch=self._epoch,
+                group=self._group or base.group,
             )
         )
         self._pump = DeliveryPump(

@@ -1,0 +1,238 @@
+"""Replica groups, measured: how long a group takes to run a dead replica's streams again,
+and how many requests its leases cost per replica.
+
+    python tests/benchmarks/bench_replicas.py takeover [--kills 20] [--lease-ttl 15]
+    python tests/benchmarks/bench_replicas.py traffic [--streams 10000] [--store local|s3]
+
+``takeover``: two ``deltastream serve`` replicas share a few local tables; each round kills
+the replica running them and times, through the survivor's ``/healthz``, how long until it
+runs every stream, then starts a new replica and waits for the group to rebalance. Two ways
+to die: ``kill -9`` (the survivor, on the same machine, sees the process gone at once) and a
+node loss (``SIGSTOP``: the process is there but silent, as a replica on a lost node is; the
+survivor waits for a whole lease_ttl of unchanged heartbeat, then takes over). Prints p50,
+p99 and max of each.
+
+``traffic``: two replicas of a configuration of ``--streams`` streams (all following one
+small table, each into its own output and state) run for ``--seconds``; the requests each
+replica made to the lease directory (``deltastream_lease_requests_total``) per second, with
+the state and leases in a local directory or on S3 (moto's server). There is no reference
+implementation to compare with: the figure to read is that it does not grow with the
+number of streams (run it with 100 and 10,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Replica:
+    def __init__(self, config: Path, log: Path) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "deltastream", "serve", "--config", str(config)),
+                *("--http", f"127.0.0.1:{self.port}", "--log-summary-every", "0"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+        )
+
+    def owned(self) -> set[str] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as e:
+            body = json.load(e)
+        except OSError:
+            return None
+        return {t["name"] for t in body["tables"] if t["owned"]}
+
+    def metric(self, name: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + "{"):
+                    return float(line.rsplit(" ", 1)[1])
+        raise SystemExit(f"no {name} in /metrics")
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+        self.process.wait()
+
+
+def wait_for(check, timeout: float) -> float:  # type: ignore[no-untyped-def]
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise SystemExit("timed out")
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def config_text(
+    root: Path, streams: int, table_of: str, ttl: float, state: str, options: str
+) -> str:
+    lines = [
+        "[server]",
+        f"lease_ttl = {ttl}",
+        "rebalance_delay = 2",
+        "log_summary_interval = 0",
+        "[defaults]",
+        f'state_dir = "{state}"',
+        "poll_interval = 5",
+        'mode = "follow"',
+    ]
+    if options:
+        lines.append(f"state_storage_options = {options}")
+    for i in range(streams):
+        lines += [
+            "[[tables]]",
+            f'name = "s{i}"',
+            f'uri = "{table_of.format(i=i)}"',
+            f'sink = "jsonl:{root / "out" / f"s{i}.jsonl"}"',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def takeover(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
+    (root / "out").mkdir()
+    tables = 8
+    for i in range(tables):
+        write_deltalake(root / f"t{i}", pa.table({"id": [i]}), mode="append")
+    config = root / "c.toml"
+    config.write_text(
+        config_text(root, tables, str(root / "t{i}"), args.lease_ttl, str(root / "state"), "")
+    )
+    names = {f"s{i}" for i in range(tables)}
+    results: dict[str, list[float]] = {"kill -9": [], "node loss (SIGSTOP)": []}
+    survivor = Replica(config, root / "r0.log")
+    wait_for(lambda: survivor.owned() == names, 60)
+    serial = 1
+    for round_ in range(args.kills):
+        kind = "kill -9" if round_ % 2 == 0 else "node loss (SIGSTOP)"
+        victim = Replica(config, root / f"r{serial}.log")
+        serial += 1
+        # The newcomer gets its share, then dies with it.
+        wait_for(
+            lambda v=victim: bool(v.owned()) and len(survivor.owned() or ()) < tables,  # type: ignore[misc]
+            60,
+        )
+        if kind == "kill -9":
+            victim.process.kill()
+        else:
+            victim.process.send_signal(signal.SIGSTOP)
+        seconds = wait_for(lambda: survivor.owned() == names, 4 * args.lease_ttl + 30)
+        results[kind].append(seconds)
+        print(f"round {round_ + 1}: {kind}: {seconds:.2f} s", file=sys.stderr)
+        victim.end()
+    survivor.end()
+    print(f"take-over, {tables} tables, lease_ttl {args.lease_ttl:g} s, local state:")
+    for kind, values in results.items():
+        if values:
+            print(
+                f"  {kind:20s} n={len(values):2d}  p50 {statistics.median(values):6.2f} s  "
+                f"p99 {percentile(values, 0.99):6.2f} s  max {max(values):6.2f} s"
+            )
+
+
+def traffic(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
+    (root / "out").mkdir()
+    write_deltalake(root / "t", pa.table({"id": [0]}), mode="append")
+    server = None
+    options = ""
+    state = str(root / "state")
+    if args.store == "s3":
+        import boto3
+        from moto.server import ThreadedMotoServer
+
+        port = free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        endpoint = f"http://127.0.0.1:{port}"
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket="bench")
+        os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+        state = "s3://bench/state"
+        options = (
+            f'{{ endpoint_url = "{endpoint}", aws_access_key_id = "testing", '
+            'aws_secret_access_key = "testing", region = "us-east-1" }'
+        )
+    config = root / "c.toml"
+    config.write_text(config_text(root, args.streams, str(root / "t"), 15, state, options))
+    replicas = [Replica(config, root / f"r{i}.log") for i in range(2)]
+    names = {f"s{i}" for i in range(args.streams)}
+    started = time.monotonic()
+    wait_for(
+        lambda: (
+            set().union(*[r.owned() or set() for r in replicas]) == names
+            and all(r.owned() for r in replicas)
+        ),
+        3600,
+    )
+    print(
+        f"{args.streams} streams running on 2 replicas after {time.monotonic() - started:.0f} s",
+        file=sys.stderr,
+    )
+    before = [r.metric("deltastream_lease_requests_total") for r in replicas]
+    time.sleep(args.seconds)
+    after = [r.metric("deltastream_lease_requests_total") for r in replicas]
+    for r in replicas:
+        r.end()
+    if server is not None:
+        server.stop()
+    rates = [(b - a) / args.seconds for a, b in zip(before, after, strict=True)]
+    print(
+        f"lease requests per second per replica, {args.streams} streams, state on "
+        f"{args.store}, over {args.seconds:g} s: " + ", ".join(f"{rate:.2f}" for rate in rates)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("takeover")
+    t.add_argument("--kills", type=int, default=20)
+    t.add_argument("--lease-ttl", type=float, default=15)
+    r = sub.add_parser("traffic")
+    r.add_argument("--streams", type=int, default=10_000)
+    r.add_argument("--store", choices=("local", "s3"), default="local")
+    r.add_argument("--seconds", type=float, default=60)
+    args = parser.parse_args()
+    takeover(args) if args.what == "takeover" else traffic(args)
+
+
+if __name__ == "__main__":
+    main()
