@@ -144,6 +144,9 @@ def takeover(args: argparse.Namespace) -> None:
             lambda v=victim: bool(v.owned()) and len(survivor.owned() or ()) < tables,  # type: ignore[misc]
             60,
         )
+        # Settled: no shard changing hands (a local writer frozen inside a shard's write
+        # would hold that shard's lock until it thaws, which a lost node never does here).
+        time.sleep(1.5)
         if kind == "kill -9":
             victim.process.kill()
         else:

@@ -116,6 +116,15 @@ class Replica:
             return None
         return {t["name"] for t in body["tables"] if t["owned"]}
 
+    def health(self) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.port}/healthz", timeout=5
+            ) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
     def metric(self, name: str) -> float:
         """A sample of the replica's /metrics (the first with that name)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as page:
@@ -340,6 +349,11 @@ def test_a_frozen_replica_is_replaced_and_commits_nothing_when_it_thaws(
     b = Replica(config, tmp_path / "b.log")
     replicas.append(b)
     watch([b], lambda owned: owned[0] == set())
+    # A replica standing by for every stream is healthy, and says so.
+    status, body = b.health()
+    assert status == 200 and body["status"] == "ok", body
+    assert {t["status"] for t in body["tables"]} == {"standby"}
+    assert b.metric("deltastream_stream_owned") == 0
     a.process.send_signal(signal.SIGSTOP)
     frozen = time.monotonic()
     append(tmp_path, 2, 2)
@@ -347,6 +361,7 @@ def test_a_frozen_replica_is_replaced_and_commits_nothing_when_it_thaws(
     watch([b], lambda owned: owned[0] == ALL, timeout=15)
     assert time.monotonic() - frozen >= 3
     wait_delivered(tmp_path, [0, 1, 2, 3])
+    assert b.metric("deltastream_lease_transitions_total", 'transition="acquired"') >= 1
     a.process.send_signal(signal.SIGCONT)
     append(tmp_path, 2, 4)
     # The thawed replica runs nothing; b delivers the rest; nothing twice.
@@ -430,7 +445,7 @@ def test_a_replica_ten_minutes_ahead_takes_no_lease_that_is_still_renewed(
     while time.monotonic() - start < 9:
         watch([a, ahead], lambda owned: owned[0] == ALL and owned[1] == set())
         time.sleep(0.2)
-    assert ahead.metric("deltastream_lease_transitions_total") == 0
+    assert ahead.metric("deltastream_lease_transitions_total", 'transition="acquired"') == 0
     a.stop(signal.SIGKILL)
     watch([ahead], lambda owned: owned[0] == ALL, timeout=10)
     append(tmp_path, 1, 1)

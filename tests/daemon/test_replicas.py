@@ -1,6 +1,7 @@
 """Replica groups in one process: the lease records, the sharing rule, liveness by
 observation, and coordinators driven step by step on a clock the test moves, against a real
-local directory and moto's S3 server (the processes themselves: test_replica_processes.py)."""
+local directory and every object store's emulator (the processes themselves:
+test_replica_processes.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import anyio
 import anyio.lowlevel
 import pytest
+from conftest import OBJECT_STORES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -223,6 +225,8 @@ class Flaky(ObjectStore):
         super().__init__()
         self.inner = inner
         self.cut = False
+        #: Keys whose writes fail (a local writer frozen inside its write holds their lock).
+        self.stuck: set[str] = set()
 
     @property
     def root_uri(self) -> str:
@@ -251,6 +255,8 @@ class Flaky(ObjectStore):
 
     async def put(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
         self._check()
+        if key in self.stuck:
+            raise StorageError(self.uri_for(key), "another writer held its lock for 2s")
         return await self.inner.put(key, data, if_match=if_match)
 
     async def delete(self, key: str) -> None:
@@ -268,11 +274,14 @@ class Member:
     store: Flaky
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", *OBJECT_STORES])
 def group_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """The lease directory on each store: its conditional writes (atomic create and rename
+    locally; S3's If-None-Match and If-Match; Azure's and GCS's preconditions) are the
+    leases."""
     if request.param == "local":
         return str(tmp_path / "group"), {}
-    bucket = request.getfixturevalue("s3_bucket")
+    bucket = request.getfixturevalue(OBJECT_STORES[request.param])
     return bucket.uri("group"), bucket.storage_options
 
 
@@ -464,3 +473,18 @@ async def test_a_replica_started_while_the_store_is_down_joins_when_it_is_back(
     names = sorted(p.name for p in (tmp_path / "group").iterdir() if p.suffix == ".json")
     assert names == ["group.json", *(shard_key(s) for s in range(4))]
     await store.inner.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_shard_that_cannot_be_written_now_does_not_hold_up_the_others(
+    group: Callable[..., Member],
+) -> None:
+    clock: Clock = group.clock  # type: ignore[attr-defined]
+    a = group()
+    a.store.stuck.add(shard_key(3))
+    await a.coordinator.join()
+    await steps(a, clock=clock, rounds=1)
+    assert a.host.running == set(range(12)) - {3}
+    a.store.stuck.clear()
+    await steps(a, clock=clock, rounds=1)
+    assert a.host.running == set(range(12))

@@ -554,7 +554,12 @@ class Coordinator:
             shed=shed and not self._releasing,
         )
         for shard in todo.claims:
-            await self._take(shard)
+            try:
+                await self._take(shard)
+            except (StorageError, TimeoutError) as e:
+                # One shard's record may be unwritable for now (a local writer frozen inside
+                # its write holds the file's lock): the others are taken meanwhile.
+                self._warn(f"cannot take shard {shard} now: {e or type(e).__name__}")
         for shard in todo.releases:
             assert self._tg is not None
             self._tg.start_soon(self._release, shard, self.clock() + self.settings.lease_ttl)
