@@ -143,30 +143,95 @@ def service(name: str) -> dict[str, Any]:
     return dict(services[name])
 
 
-def k8s(kind: str) -> dict[str, Any]:
-    """The one object of ``kind`` in deploy/kubernetes/."""
-    found = [
-        doc
+def compose_replicas() -> dict[str, dict[str, Any]]:
+    """The compose services that run the daemon: built from the Dockerfile, with its
+    ENTRYPOINT (the demo writer, built from it too, replaces it)."""
+    return {
+        name: dict(svc)
+        for name, svc in compose()["services"].items()
+        if "build" in svc
+        and (COMPOSE.parent / svc["build"]["context"] / svc["build"]["dockerfile"]).resolve()
+        == DOCKERFILE
+        and "entrypoint" not in svc
+    }
+
+
+def k8s_objects(kind: str) -> list[dict[str, Any]]:
+    """Every object of ``kind`` in deploy/kubernetes/."""
+    return [
+        dict(doc)
         for path in sorted(K8S.glob("*.yaml"))
         for doc in yaml.safe_load_all(path.read_text())
         if doc and doc.get("kind") == kind
     ]
-    assert len(found) == 1, f"expected one {kind} in {K8S}, found {len(found)}"
-    return dict(found[0])
+
+
+def k8s(kind: str, name: str | None = None) -> dict[str, Any]:
+    """The one object of ``kind`` (named ``name``, if given) in deploy/kubernetes/."""
+    found = [o for o in k8s_objects(kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''} in {K8S}, found {len(found)}"
+    return found[0]
 
 
 def pod_spec() -> dict[str, Any]:
+    """The Deployment's pod."""
     return dict(k8s("Deployment")["spec"]["template"]["spec"])
 
 
-def container() -> dict[str, Any]:
-    containers = pod_spec()["containers"]
+def cron_pod_spec() -> dict[str, Any]:
+    """The CronJob's pod."""
+    return dict(k8s("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+
+
+def container(pod: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    containers = (pod or pod_spec())["containers"]
     assert len(containers) == 1
     return dict(containers[0])
 
 
-def configmap_toml() -> dict[str, Any]:
-    return tomllib.loads(k8s("ConfigMap")["data"]["deltastream.toml"])
+def configmap_toml(name: str = "deltastream-config") -> dict[str, Any]:
+    return tomllib.loads(k8s("ConfigMap", name)["data"]["deltastream.toml"])
+
+
+def mounted_config(pod: Mapping[str, Any]) -> tuple[Any, ServiceConfig]:
+    """A pod's command line, parsed by the CLI, and the configuration its ``--config`` names,
+    read from the ConfigMap mounted there (read-only)."""
+    spec = container(pod)
+    entry = spec.get("command") or image_entrypoint()
+    args = parse_cli(list(entry) + list(spec["args"]))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounted: dict[str, str] = {}
+    for mount in spec["volumeMounts"]:
+        source = volumes[mount["name"]].get("configMap")
+        if source:
+            data = k8s("ConfigMap", source["name"])["data"]
+            keys = {i["key"]: i["path"] for i in source.get("items", [])} or {k: k for k in data}
+            for path in keys.values():
+                mounted[str(PurePosixPath(mount["mountPath"], path))] = source["name"]
+            assert mount.get("readOnly")
+    assert args.config in mounted, f"{args.config} is not mounted from a ConfigMap"
+    name = mounted[args.config]
+    return args, parse_config(configmap_toml(name), f"ConfigMap {name}")
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a label selector (``matchLabels`` only: the files use no expressions) picks a
+    pod with ``labels``."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return bool(selector["matchLabels"]) and selector["matchLabels"].items() <= labels.items()
+
+
+def stop_bound(config: ServiceConfig) -> float:
+    """The longest a clean stop (SIGTERM) of ``config`` takes: the streams get
+    ``shutdown_grace`` to reach a delivery boundary; a replica then leaves its group with
+    three lease requests, each abandoned after ``request_timeout`` (the heartbeat marked
+    leaving, the shards released, the heartbeat deleted: ``Coordinator.leave``)."""
+    group = config.group
+    return config.shutdown_grace + (3 * group.request_timeout if group is not None else 0.0)
+
+
+def in_object_store(location: str) -> bool:
+    return re.match(r"(s3|az|abfss|gs)://", location) is not None
 
 
 def unit() -> dict[str, dict[str, list[str]]]:
@@ -284,6 +349,11 @@ CONFIGS = {
     "config/deltastream.toml": lambda: load_config(CONFIG),
     "kubernetes/configmap.yaml": lambda: parse_config(configmap_toml(), "configmap.yaml"),
 }
+#: With the CronJob's, which runs no HTTP server.
+ALL_CONFIGS = {
+    **CONFIGS,
+    "kubernetes/cronjob.yaml": lambda: mounted_config(cron_pod_spec())[1],
+}
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -294,16 +364,34 @@ def test_container_configs_load_and_listen_on_every_interface(name: str) -> None
     assert parse_address(config.http_address) == ("0.0.0.0", 9464)
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", sorted(ALL_CONFIGS))
 def test_storage_options_are_accepted_and_hold_no_credentials(name: str) -> None:
-    config = CONFIGS[name]()
+    config = ALL_CONFIGS[name]()
+    every = [s.tail.storage_options for s in config.streams]
+    every += [s.tail.state_storage_options for s in config.streams]
+    every += [config.group.storage_options] if config.group is not None else []
+    for options in every:
+        if options is None:
+            continue
+        parsed = S3Options.from_storage_options(options)
+        # Credentials come from the environment (compose, a Secret, an EnvironmentFile).
+        assert parsed.access_key_id is None and parsed.secret_access_key is None
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CONFIGS))
+def test_container_configs_form_a_replica_group_in_the_object_store(name: str) -> None:
+    """Replicas in separate containers (or a job's pod, gone after each run) share nothing
+    but the object store: every stream's state and the group's leases are there."""
+    config = ALL_CONFIGS[name]()
+    assert config.group is not None, "no replica group: [defaults] state_dir is not set"
+    assert in_object_store(config.group.uri), config.group.uri
     for stream in config.streams:
-        for options in (stream.tail.storage_options, stream.tail.state_storage_options):
-            if options is None:
-                continue
-            parsed = S3Options.from_storage_options(options)
-            # Credentials come from the environment (compose, a Secret, an EnvironmentFile).
-            assert parsed.access_key_id is None and parsed.secret_access_key is None
+        assert in_object_store(stream.tail.state), stream.tail.state
+        # The leases are in the store the states are in (MinIO's endpoint, for compose).
+        assert stream.tail.resolved_state_options == config.group.storage_options
+    # Each stream's state is its own (the group checks that none is its lease directory).
+    states = [s.tail.state for s in config.streams]
+    assert len(set(states)) == len(states)
 
 
 # --- Dockerfile -------------------------------------------------------------------------------
@@ -509,72 +597,110 @@ def test_constraints_pin_every_dependency_within_pyproject_ranges() -> None:
 # --- docker-compose -------------------------------------------------------------------------
 
 
-def test_compose_command_line_parses_and_uses_the_mounted_config() -> None:
-    svc = service("deltastream")
-    assert "entrypoint" not in svc  # the image's ENTRYPOINT applies
+def compose_argv(svc: Mapping[str, Any]) -> list[str]:
     command = svc["command"]
-    argv = image_entrypoint() + (shlex.split(command) if isinstance(command, str) else command)
-    args = parse_cli(argv)
-    assert args.command == "serve"
-    mounts = {target: (source, ro) for source, target, ro in compose_mounts(svc)}
-    assert args.config in mounts, f"{args.config} is not mounted in the container"
-    source, read_only = mounts[args.config]
-    assert (COMPOSE.parent / source).resolve() == CONFIG.resolve()
-    assert read_only
-    build = svc["build"]
-    assert (COMPOSE.parent / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
-    _, port = http_address(load_config(CONFIG), args)
-    assert port == 9464
+    return image_entrypoint() + (shlex.split(command) if isinstance(command, str) else command)
 
 
-def test_compose_publishes_the_metrics_port_on_loopback_only() -> None:
+def test_compose_runs_replicas_of_one_configuration() -> None:
+    """Two (or more) daemons built from the Dockerfile run the same command line with the
+    same mounted configuration and environment: together they are one replica group."""
+    replicas = compose_replicas()
+    assert len(replicas) >= 2, f"replicas of the daemon: {sorted(replicas)}"
+    config = load_config(CONFIG)
+    for name, svc in replicas.items():
+        args = parse_cli(compose_argv(svc))
+        assert args.command == "serve", name
+        assert not args.available_now, name
+        mounts = {target: (source, ro) for source, target, ro in compose_mounts(svc)}
+        assert args.config in mounts, f"{name}: {args.config} is not mounted in the container"
+        source, read_only = mounts[args.config]
+        assert (COMPOSE.parent / source).resolve() == CONFIG.resolve()
+        assert read_only
+        _, port = http_address(config, args)
+        assert port == 9464
+    # One image, one command line, one environment: nothing tells the replicas apart but
+    # their containers (and the host ports below).
+    for key in ("image", "command", "environment", "build"):
+        values = [json.dumps(svc.get(key), sort_keys=True) for svc in replicas.values()]
+        assert len(set(values)) == 1, f"the replicas' {key} differ: {values}"
+
+
+def test_compose_publishes_each_replicas_metrics_port_on_loopback_only() -> None:
     config = load_config(CONFIG)
     host, port = parse_address(config.http_address or "")
     assert host == "0.0.0.0"
-    assert compose_ports(service("deltastream")) == [("127.0.0.1", port, port)]
+    published = []
+    for name, svc in compose_replicas().items():
+        ports = compose_ports(svc)
+        assert len(ports) == 1, f"{name}: {ports}"
+        ((host_ip, host_port, target),) = ports
+        assert (host_ip, target) == ("127.0.0.1", port), name
+        published.append(host_port)
+    # Each replica's /healthz and /metrics at a port of its own on the host.
+    taken = [p for _, p, _ in compose_ports(service("minio"))]
+    assert len(set(published)) == len(published) and not set(published) & set(taken)
+    assert port in published  # the first one where the README's curl looks
 
 
 def test_compose_stop_grace_and_start_order() -> None:
-    svc = service("deltastream")
-    grace = load_config(CONFIG).shutdown_grace
-    assert seconds(svc["stop_grace_period"]) > grace >= DEFAULT_GRACE
-    depends = svc["depends_on"]
-    assert depends["minio"]["condition"] == "service_healthy"
-    assert depends["minio-init"]["condition"] == "service_completed_successfully"
+    config = load_config(CONFIG)
+    for name, svc in compose_replicas().items():
+        # The streams stop at a delivery boundary, then the replica releases its leases:
+        # SIGKILL before that leaves the streams standing for lease_ttl.
+        assert seconds(svc["stop_grace_period"]) > stop_bound(config) > DEFAULT_GRACE, name
+        depends = svc["depends_on"]
+        assert depends["minio"]["condition"] == "service_healthy"
+        assert depends["minio-init"]["condition"] == "service_completed_successfully"
+        assert svc["restart"] == "unless-stopped"
     assert service("minio")["healthcheck"]["test"]
     assert service("minio-init")["image"].startswith("minio/mc")
 
 
-def test_compose_state_and_sinks_are_on_a_named_volume() -> None:
-    svc = service("deltastream")
+def test_compose_sink_files_are_on_one_volume_every_replica_mounts() -> None:
+    """A stream moves between replicas: whichever runs it must find its file sink's output
+    where the other left it, on the same named volume (one Docker host, so the file's lock
+    holds across the containers)."""
     named = set(compose().get("volumes") or {})
-    writable = [t for s, t, ro in compose_mounts(svc) if s in named and not ro]
-    assert writable, "no writable named volume"
-    for path in local_paths(load_config(CONFIG)):
-        assert any(under(path, target) for target in writable), f"{path} is on no volume"
+    config = load_config(CONFIG)
+    paths = list(local_paths(config))
+    assert paths, "no local sink file: nothing to check"
+    for path in paths:
+        where = set()
+        for name, svc in compose_replicas().items():
+            writable = [(s, t) for s, t, ro in compose_mounts(svc) if s in named and not ro]
+            mounts = [(s, t) for s, t in writable if under(path, t)]
+            assert mounts, f"{name}: {path} is on no named volume"
+            where.add(max(mounts, key=lambda m: len(m[1])))
+        assert len(where) == 1, f"{path} is on different volumes in different replicas: {where}"
 
 
 def test_compose_creates_the_buckets_and_serves_the_endpoint_the_config_names() -> None:
     config = load_config(CONFIG)
     uris = [s.tail.uri for s in config.streams] + [s.tail.state for s in config.streams]
+    uris += [config.group.uri] if config.group is not None else []
     buckets = {u.removeprefix("s3://").split("/")[0] for u in uris if u.startswith("s3://")}
-    assert buckets
+    assert len(buckets) >= 2  # the lake, and the replicas' state and leases
     script = " ".join(service("minio-init")["command"])
     created = set(re.findall(r"mc mb (?:--\S+ )*\w+/([\w.-]+)", script))
     assert buckets <= created, f"minio-init does not create {sorted(buckets - created)}"
     minio = service("minio")
-    for stream in config.streams:
-        endpoint = S3Options.from_storage_options(stream.tail.storage_options).endpoint_url
+    every = [(s.tail.name, s.tail.storage_options) for s in config.streams]
+    every += [(f"{s.tail.name} state", s.tail.resolved_state_options) for s in config.streams]
+    every += [("group", config.group.storage_options)] if config.group is not None else []
+    for name, options in every:
+        endpoint = S3Options.from_storage_options(options).endpoint_url
         match = re.fullmatch(r"http://([\w-]+):(\d+)", endpoint or "")
-        assert match, f"{stream.tail.name}: endpoint {endpoint!r}"
+        assert match, f"{name}: endpoint {endpoint!r}"
         assert match.group(1) == "minio"
         assert int(match.group(2)) in [c for _, _, c in compose_ports(minio)]
     # The credentials the config leaves to the AWS chain are in the environment.
-    environment = service("deltastream")["environment"]
-    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(environment)
     minio_env = minio["environment"]
-    assert environment["AWS_ACCESS_KEY_ID"] == minio_env["MINIO_ROOT_USER"]
-    assert environment["AWS_SECRET_ACCESS_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
+    for svc in compose_replicas().values():
+        environment = svc["environment"]
+        assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(environment)
+        assert environment["AWS_ACCESS_KEY_ID"] == minio_env["MINIO_ROOT_USER"]
+        assert environment["AWS_SECRET_ACCESS_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
 
 
 def test_compose_writer_writes_the_configured_tables() -> None:
@@ -603,24 +729,29 @@ def test_writer_script_creates_tables_deltastream_can_follow(tmp_path: Path) -> 
 
 
 def test_compose_stack_runs_against_an_s3_server(s3_server: S3Server, tmp_path: Path) -> None:
-    """What compose runs, minus Docker: the writer script and ``deltastream serve`` with
-    deploy/config/deltastream.toml, MinIO replaced by the moto server (a bucket of its own)
-    and /var/lib/deltastream by a temporary directory. Every change row the writer made
-    arrives in the configured sinks, and SIGTERM stops the daemon with exit status 0."""
-    bucket = f"lake-{uuid.uuid4().hex[:8]}"
-    s3_server.client().create_bucket(Bucket=bucket)
-    port = free_port()
+    """What compose runs, minus Docker: the writer script and two ``deltastream serve``
+    replicas of deploy/config/deltastream.toml, MinIO replaced by the moto server (buckets of
+    their own) and the shared volume by a temporary directory. Each stream runs on exactly
+    one replica and both are ready; SIGTERM to a replica that runs streams hands them to the
+    other at once, which goes on with the commits made after; every change row the writer
+    made arrives in the configured sinks exactly once, and both replicas exit with status 0."""
+    lake, state = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("lake", "deltastream"))
+    for bucket in (lake, state):
+        s3_server.client().create_bucket(Bucket=bucket)
     text = (
         CONFIG.read_text()
         .replace("http://minio:9000", s3_server.endpoint)
-        .replace("s3://lake/", f"s3://{bucket}/")
+        .replace("s3://lake/", f"s3://{lake}/")
+        .replace("s3://deltastream/", f"s3://{state}/")
         .replace("/var/lib/deltastream", str(tmp_path))
-        .replace('"0.0.0.0:9464"', f'"127.0.0.1:{port}"')
     )
     assert text.count(s3_server.endpoint) == 1 and str(tmp_path) in text
+    assert f"s3://{state}/" in text
     config_path = tmp_path / "deltastream.toml"
     config_path.write_text(text)
     config = load_config(config_path)
+    assert config.group is not None and config.group.uri.startswith(f"s3://{state}/")
+    names = {s.tail.name for s in config.streams}
     uris = [s.tail.uri for s in config.streams]
     env = {
         **os.environ,
@@ -635,7 +766,8 @@ def test_compose_stack_runs_against_an_s3_server(s3_server: S3Server, tmp_path: 
         k: env[k] for k in env if k.startswith("AWS_") and k != "AWS_DEFAULT_REGION"
     }
 
-    def write(commits: int) -> None:
+    def write(commits: int) -> int:
+        """``commits`` rounds of the writer; the tables' version after them."""
         writer = subprocess.run(
             [sys.executable, str(WRITER), "--interval", "0", "--commits", str(commits), *uris],
             env=env,
@@ -644,37 +776,94 @@ def test_compose_stack_runs_against_an_s3_server(s3_server: S3Server, tmp_path: 
             timeout=120,
         )
         assert writer.returncode == 0, writer.stderr
+        versions = {DeltaTable(u, storage_options=deltalake_options).version() for u in uris}
+        assert len(versions) == 1, versions
+        return versions.pop()
 
-    def delivered(version: int) -> None:
+    replicas: list[tuple[subprocess.Popen[str], int]] = []
+
+    def start() -> tuple[subprocess.Popen[str], int]:
+        """A replica as compose runs it, with its own port (compose maps each container's
+        9464 to a host port of its own; here ``--http`` does)."""
+        port = free_port()
+        while port in [p for _, p in replicas]:
+            port = free_port()
+        log = tmp_path / f"replica-{port}.log"
+        with log.open("w") as stderr:
+            process = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "deltastream", "serve"),
+                    *("--config", str(config_path), "--http", f"127.0.0.1:{port}"),
+                ],
+                env={k: v for k, v in env.items() if k != "AWS_ENDPOINT_URL"},  # the config's
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                text=True,
+            )
+        replicas.append((process, port))
+        return process, port
+
+    def logs() -> str:
+        return "\n".join((tmp_path / f"replica-{p}.log").read_text()[-3000:] for _, p in replicas)
+
+    def health(port: int) -> tuple[int, dict[str, dict[str, Any]]]:
+        """A replica's /healthz status and its tables by name."""
+        status, body = _get(f"http://127.0.0.1:{port}/healthz")
+        return status, {t["name"]: t for t in json.loads(body)["tables"]} if body else {}
+
+    def running(version: int, among: list[tuple[subprocess.Popen[str], int]]) -> dict[str, int]:
+        """Wait until each stream runs on exactly one replica of ``among`` and has delivered
+        ``version`` there, the others standing by for it, every replica ready (/healthz
+        200); the port of the replica running each stream."""
         deadline = time.monotonic() + 90
         while True:
-            assert daemon.poll() is None, daemon.communicate()[1]
-            metrics = _get(f"http://127.0.0.1:{port}/metrics")
-            done = re.findall(r"^deltastream_last_delivered_version\{[^}]*\} (\S+)$", metrics, re.M)
-            if len(done) == len(uris) and all(float(v) == version for v in done):
-                return
-            assert time.monotonic() < deadline, metrics
+            owners: dict[str, list[int]] = {}
+            delivered: dict[str, int] = {}
+            settled = True
+            for process, port in among:
+                assert process.poll() is None, logs()
+                status, tables = health(port)
+                settled &= status == 200 and set(tables) == names
+                for name, table in tables.items():
+                    if table["owned"]:
+                        owners.setdefault(name, []).append(port)
+                        delivered[name] = table["last_delivered_version"]
+                    else:
+                        settled &= table["status"] == "standby"
+            if settled and all(
+                len(owners.get(n, [])) == 1 and delivered[n] == version for n in names
+            ):
+                return {name: ports[0] for name, ports in owners.items()}
+            assert time.monotonic() < deadline, (owners, delivered, logs())
             time.sleep(0.2)
 
-    write(0)  # creates the tables: version 0
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "deltastream", "serve", "--config", str(config_path)],
-        env={k: v for k, v in env.items() if k != "AWS_ENDPOINT_URL"},  # the config's wins
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    version = write(0)  # creates the tables: version 0
+    codes = []
     try:
-        delivered(0)
-        write(4)  # an append, an update, an append, a delete: versions 1 to 4
-        delivered(4)
-        health = json.loads(_get(f"http://127.0.0.1:{port}/healthz"))
-        assert health["status"] == "ok", health
-        assert json.loads(_get(f"http://127.0.0.1:{port}/livez")) == {"status": "alive"}
+        both = [start(), start()]
+        running(version, both)
+        version = write(4)  # an append, an update, an append, a delete: versions 1 to 4
+        owners = running(version, both)
+        # The hand-over: a replica that runs streams stops (a rolling update's SIGTERM).
+        busy = next(r for r in both if r[1] in owners.values())
+        (rest,) = [r for r in both if r is not busy]
+        busy[0].send_signal(signal.SIGTERM)
+        assert busy[0].wait(timeout=30) == 0, logs()
+        stopped = time.monotonic()
+        while not all(t["owned"] for t in health(rest[1])[1].values()):
+            # Taken over from a replica that left, not from one whose lease ran out.
+            assert time.monotonic() - stopped < config.group.lease_ttl / 2, logs()
+            time.sleep(0.1)
+        version = write(3)  # versions 5 to 7, delivered by the replica left
+        running(version, [rest])
+        status, body = _get(f"http://127.0.0.1:{rest[1]}/livez")
+        assert (status, json.loads(body)) == (200, {"status": "alive"})
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        _, stderr = daemon.communicate(timeout=30)
-    assert daemon.returncode == 0, stderr
+        for process, _ in replicas:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        codes = [process.wait(timeout=30) for process, _ in replicas]
+    assert codes == [0, 0], logs()
     for stream in config.streams:
         sink = parse_sink(stream.sink, table=stream.tail.name)
         if isinstance(sink, JsonlSink):
@@ -688,11 +877,18 @@ def test_compose_stack_runs_against_an_s3_server(s3_server: S3Server, tmp_path: 
                 pq.read_table(f) for f in sorted(sink.directory.glob("*.parquet"))
             )
         # The default mode: the snapshot at version 0 as inserts, then every change. Replayed
-        # in order, they rebuild the table as deltastream's reader sees it at version 4.
+        # in order, they rebuild the table as deltastream's reader sees it at the end.
         assert got.filter(pc.equal(got["_commit_version"], 0))[
             "_change_type"
         ].unique().to_pylist() == ["insert"]
-        assert sorted(set(got.column("_commit_version").to_pylist())) == [0, 1, 2, 3, 4]
+        assert sorted(set(got.column("_commit_version").to_pylist())) == list(range(version + 1))
+        # No delivery twice, the one the hand-over interrupted or resumed included.
+        repeated = [
+            row
+            for row, n in Counter(tuple(sorted(r.items())) for r in got.to_pylist()).items()
+            if n > 1
+        ]
+        assert not repeated, repeated
         rebuilt: dict[int, tuple[Any, ...]] = {}
         columns = ["id", "country", "status", "amount"]
         # Within a version, rows come in file order: a cdc file may hold an update's
@@ -709,40 +905,30 @@ def test_compose_stack_runs_against_an_s3_server(s3_server: S3Server, tmp_path: 
             else:
                 assert rebuilt.pop(row["id"]) == values, row
         final = DeltaTable(stream.tail.uri, storage_options=deltalake_options)
-        assert final.version() == 4
+        assert final.version() == version
         final_rows = final.to_pyarrow_table(columns=columns).to_pylist()
         assert rebuilt == {r["id"]: tuple(r[c] for c in columns) for r in final_rows}
 
 
-def _get(url: str) -> str:
+def _get(url: str) -> tuple[int, str]:
+    """An HTTP GET's status and body; (0, "") while nothing answers."""
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
-            return str(response.read().decode())
-    except (urllib.error.URLError, ConnectionError):
-        return ""
+            return int(response.status), str(response.read().decode())
+    except urllib.error.HTTPError as e:
+        return int(e.code), str(e.read().decode())
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, ""
 
 
 # --- Kubernetes -----------------------------------------------------------------------------
 
 
 def test_k8s_command_line_parses_and_uses_the_configmap() -> None:
-    spec = container()
-    entry = spec.get("command") or image_entrypoint()
-    args = parse_cli(list(entry) + list(spec["args"]))
+    args, config = mounted_config(pod_spec())
     assert args.command == "serve"
-    configmap = k8s("ConfigMap")["metadata"]["name"]
-    volumes = {v["name"]: v for v in pod_spec()["volumes"]}
-    paths = []
-    for mount in spec["volumeMounts"]:
-        source = volumes[mount["name"]].get("configMap")
-        if source and source["name"] == configmap:
-            keys = {i["key"]: i["path"] for i in source.get("items", [])} or {
-                k: k for k in k8s("ConfigMap")["data"]
-            }
-            paths += [str(PurePosixPath(mount["mountPath"], p)) for p in keys.values()]
-            assert mount.get("readOnly")
-    assert args.config in paths, f"{args.config} is not mounted from the ConfigMap"
-    config = parse_config(configmap_toml())
+    assert not args.available_now
+    assert config == parse_config(configmap_toml())  # the ConfigMap of configmap.yaml
     assert http_address(config, args) == ("0.0.0.0", 9464)
 
 
@@ -751,7 +937,9 @@ def test_k8s_ports_probes_and_service_agree() -> None:
     spec = container()
     assert {p.get("name"): p["containerPort"] for p in spec["ports"]} == {"metrics": port}
     # Liveness (and start-up, which gates it) on /livez: a table or sink that is down makes
-    # /healthz 503, and must not get the pod restarted in a loop. Readiness on /healthz.
+    # /healthz 503, and must not get the pod restarted in a loop. Readiness on /healthz:
+    # 200 when the replica serves its streams or stands by correctly, which is what a
+    # rolling update waits for before it stops an old pod.
     paths = {"livenessProbe": "/livez", "readinessProbe": "/healthz", "startupProbe": "/livez"}
     for probe, path in paths.items():
         if probe == "startupProbe" and probe not in spec:
@@ -766,54 +954,175 @@ def test_k8s_ports_probes_and_service_agree() -> None:
     (service_port,) = svc["spec"]["ports"]
     assert container_port(spec, service_port["targetPort"]) == port
     labels = k8s("Deployment")["spec"]["template"]["metadata"]["labels"]
-    assert svc["spec"]["selector"].items() <= labels.items()
+    assert selects({"matchLabels": svc["spec"]["selector"]}, labels)
     annotations = svc["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == str(port)
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
-def test_k8s_runs_one_tailer_and_stops_it_within_the_grace_period() -> None:
+def test_k8s_replicas_share_the_streams_through_the_object_store() -> None:
+    """Two or more replicas of one configuration: a replica group (its leases and every
+    stream's state in the object store), and no output a pod keeps on its own disk, since
+    any replica may run any stream."""
     deployment = k8s("Deployment")
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
-    grace = parse_config(configmap_toml()).shutdown_grace
-    assert pod_spec()["terminationGracePeriodSeconds"] > grace >= DEFAULT_GRACE
-
-
-def test_k8s_runs_non_root_on_a_read_only_root_with_writable_state() -> None:
-    pod, spec = pod_spec(), container()
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] == image_uid()
-    assert spec["securityContext"]["readOnlyRootFilesystem"] is True
-    assert spec["securityContext"]["allowPrivilegeEscalation"] is False
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    writable = {
-        m["mountPath"]: volumes[m["name"]]
-        for m in spec["volumeMounts"]
-        if not m.get("readOnly")
-        and ("emptyDir" in volumes[m["name"]] or "persistentVolumeClaim" in volumes[m["name"]])
-    }
-    assert "/tmp" in writable  # temporary files (exec sinks) on a read-only root
+    assert deployment["spec"]["replicas"] >= 2
     config = parse_config(configmap_toml())
-    claims = set()
+    assert config.group is not None and in_object_store(config.group.uri)
+    assert all(in_object_store(s.tail.state) for s in config.streams)
+    # The only local path is the exec sinks' work_dir (batch files for one delivery).
+    kept = [p for p in local_paths(config) if config.work_dir is None or p != config.work_dir]
+    assert not kept, f"files on a pod's own disk, where another replica cannot reach: {kept}"
+    # The selector picks the pods the Deployment makes, and only those.
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selects(deployment["spec"]["selector"], labels)
+
+
+def test_k8s_rolls_without_a_gap_and_stops_within_the_grace_period() -> None:
+    strategy = k8s("Deployment")["spec"]["strategy"]
+    # A new pod joins (and is ready, standing by) before an old one stops and hands over;
+    # the group is never a replica short.
+    assert strategy["type"] == "RollingUpdate"
+    assert strategy["rollingUpdate"]["maxUnavailable"] == 0
+    assert strategy["rollingUpdate"]["maxSurge"] >= 1
+    config = parse_config(configmap_toml())
+    assert config.group is not None
+    # SIGKILL before the leases are released leaves the pod's streams standing lease_ttl.
+    assert pod_spec()["terminationGracePeriodSeconds"] > stop_bound(config) > DEFAULT_GRACE
+    assert stop_bound(config) > config.shutdown_grace
+
+
+def test_k8s_spreads_the_replicas_over_nodes() -> None:
+    labels = k8s("Deployment")["spec"]["template"]["metadata"]["labels"]
+    spreads = pod_spec()["topologySpreadConstraints"]
+    by_node = [s for s in spreads if s["topologyKey"] == "kubernetes.io/hostname"]
+    assert by_node, spreads
+    for spread in by_node:
+        # A selector that missed the pods would spread nothing.
+        assert selects(spread["labelSelector"], labels)
+        assert spread["maxSkew"] == 1
+        # DoNotSchedule would leave a surge pod pending on a cluster a node short.
+        assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+def test_k8s_disruption_budget_keeps_a_replica_running() -> None:
+    deployment, pdb = k8s("Deployment"), k8s("PodDisruptionBudget")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selects(pdb["spec"]["selector"], labels)
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    replicas = deployment["spec"]["replicas"]
+    spec = pdb["spec"]
+    assert ("minAvailable" in spec) != ("maxUnavailable" in spec)
+    allowed = (
+        spec["maxUnavailable"] if "maxUnavailable" in spec else replicas - spec["minAvailable"]
+    )
+    assert isinstance(allowed, int)  # not a percentage: the arithmetic below holds
+    # A drain may evict one (it would block forever at 0) and never every replica at once.
+    assert 1 <= allowed < replicas
+    # A pod unready for a degraded stream must not block a drain.
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+@pytest.mark.parametrize("pod", ["Deployment", "CronJob"])
+def test_k8s_runs_non_root_on_a_read_only_root_with_nothing_on_local_disk(pod: str) -> None:
+    spec = pod_spec() if pod == "Deployment" else cron_pod_spec()
+    main = container(spec)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == image_uid()
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    assert main["securityContext"]["allowPrivilegeEscalation"] is False
+    assert main["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    # No claim: a replica's disk is its own, and the pod may be rescheduled anywhere.
+    assert not [v for v in volumes.values() if "persistentVolumeClaim" in v]
+    writable = {
+        m["mountPath"]: volumes[m["name"]] for m in main["volumeMounts"] if not m.get("readOnly")
+    }
+    assert all("emptyDir" in v for v in writable.values()), writable
+    assert "/tmp" in writable  # temporary files (exec sinks) on a read-only root
+    _, config = mounted_config(spec)
     for path in local_paths(config):
-        mounts = [m for m in writable if under(path, m)]
-        assert mounts, f"{path} is not on a writable volume"
-        claim = writable[max(mounts, key=len)].get("persistentVolumeClaim")
-        assert claim, f"{path} is on an emptyDir: lost with the pod"
-        claims.add(claim["claimName"])
-    pvc = k8s("PersistentVolumeClaim")
-    assert claims == {pvc["metadata"]["name"]}
-    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
-    assert spec["resources"]["requests"] and spec["resources"]["limits"]["memory"]
+        assert any(under(path, m) for m in writable), f"{path} is not on a writable volume"
+    assert main["resources"]["requests"] and main["resources"]["limits"]["memory"]
 
 
-def test_k8s_credentials_come_from_a_secret() -> None:
-    env = {e["name"]: e for e in container()["env"]}
+def test_k8s_keeps_no_persistent_volume() -> None:
+    # pvc.yaml held the one replica's state and sink files; the state is in the object store
+    # now, and a claim in the folder would only be applied and never used.
+    assert k8s_objects("PersistentVolumeClaim") == []
+    assert not (K8S / "pvc.yaml").exists()
+
+
+@pytest.mark.parametrize("pod", ["Deployment", "CronJob"])
+def test_k8s_credentials_come_from_a_secret(pod: str) -> None:
+    env = {
+        e["name"]: e
+        for e in container(pod_spec() if pod == "Deployment" else cron_pod_spec())["env"]
+    }
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert "value" not in env[name]
         assert env[name]["valueFrom"]["secretKeyRef"]["key"] == name
+        assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "deltastream-aws"
+
+
+def test_k8s_cronjob_runs_available_now_once_at_a_time() -> None:
+    cron = k8s("CronJob")
+    assert len(cron["spec"]["schedule"].split()) == 5, cron["spec"]["schedule"]
+    # A run still going when the next is due is left alone: the next is skipped.
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    job = cron["spec"]["jobTemplate"]["spec"]
+    spec = cron_pod_spec()
+    assert spec["restartPolicy"] == "Never"
+    args, config = mounted_config(spec)
+    assert args.command in ("serve", "tail")
+    assert args.available_now is True
+    assert container(spec)["image"] == container()["image"]
+    # Exit status 2 (a configuration error, a stream another process holds) fails the Job
+    # at once: a retry of the same pod fails the same way.
+    (rule,) = job["podFailurePolicy"]["rules"]
+    assert rule["action"] == "FailJob"
+    assert rule["onExitCodes"] == {
+        "containerName": container(spec)["name"],
+        "operator": "In",
+        "values": [2],
+    }
+    # A run cut short stops cleanly (and releases its streams) before SIGKILL.
+    assert spec["terminationGracePeriodSeconds"] > stop_bound(config) > DEFAULT_GRACE
+
+
+def test_k8s_cronjob_streams_are_not_the_replicas() -> None:
+    """A run-once job on a stream the replica group holds is refused (exit 2): the job's
+    streams, its lease directory and its outputs are its own, and its pod is no replica."""
+    _, job = mounted_config(cron_pod_spec())
+    replicas = parse_config(configmap_toml())
+    assert job.group is not None and replicas.group is not None
+
+    def apart(a: str, b: str) -> bool:
+        a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+        return not a.startswith(b) and not b.startswith(a)
+
+    for mine in [job.group.uri, *(s.tail.state for s in job.streams)]:
+        for theirs in [replicas.group.uri, *(s.tail.state for s in replicas.streams)]:
+            assert apart(mine, theirs), f"the job's {mine} and the replicas' {theirs} overlap"
+
+    def outputs(config: ServiceConfig) -> set[str | None]:
+        return {
+            parse_sink(s.sink, table=s.tail.name, stream=s.tail).output_claim(s.tail.name)
+            for s in config.streams
+        }
+
+    assert None not in outputs(job)
+    assert not outputs(job) & outputs(replicas)
+    # The job's pod is counted by none of the Deployment's selectors.
+    labels = k8s("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    selectors = [
+        k8s("Deployment")["spec"]["selector"],
+        k8s("PodDisruptionBudget")["spec"]["selector"],
+        {"matchLabels": k8s("Service")["spec"]["selector"]},
+        *(s["labelSelector"] for s in pod_spec()["topologySpreadConstraints"]),
+    ]
+    for selector in selectors:
+        assert not selects(selector, labels), (selector, labels)
 
 
 # --- systemd --------------------------------------------------------------------------------
@@ -830,7 +1139,9 @@ def test_systemd_command_line_parses_and_uses_the_asserted_config() -> None:
 
 def test_systemd_stop_restart_and_user() -> None:
     assert unit_value("Service", "KillSignal") == "SIGTERM"
-    assert seconds(unit_value("Service", "TimeoutStopSec")) > load_config(CONFIG).shutdown_grace
+    # A host's configuration, started from the compose one, forms a group too: the stop
+    # includes releasing its leases.
+    assert seconds(unit_value("Service", "TimeoutStopSec")) > stop_bound(load_config(CONFIG))
     assert seconds(unit_value("Service", "TimeoutStopSec")) > DEFAULT_GRACE
     assert unit_value("Service", "Restart") == "on-failure"
     assert unit_value("Service", "User") not in ("root", "0")
@@ -1085,6 +1396,18 @@ def test_readme_mentions_every_file_in_deploy() -> None:
     assert len(files) >= 8
     missing = [f for f in files if f not in readme]
     assert not missing, f"deploy/README.md does not mention {missing}"
-    facts = ("9464", "/healthz", "/livez", "/metrics", "0.0.0.0", "Recreate")
+    # Nor one that is gone (pvc.yaml was), here or in docs/operations.md's table.
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    for text in (readme, operations):
+        named = re.findall(
+            r"`((?:kubernetes|config|systemd|prometheus|grafana|writer)/[\w.-]+)`", text
+        )
+        assert named
+        gone = [f for f in named if not (DEPLOY / f).exists()]
+        assert not gone, f"mentioned but not in deploy/: {gone}"
+    facts = ("9464", "/healthz", "/livez", "/metrics", "0.0.0.0", "RollingUpdate", "standby")
+    facts += ("PodDisruptionBudget", "--available-now", "concurrencyPolicy: Forbid", "lease_ttl")
     for fact in (*facts, "degraded_after_seconds", "max_restarts", "tests/test_deploy.py"):
-        assert fact in readme
+        assert fact in readme, fact
+    for service_name in compose_replicas():
+        assert service_name in readme, service_name
