@@ -67,6 +67,17 @@ class Replica:
             return None
         return {t["name"] for t in body["tables"] if t["owned"]}
 
+    def following(self) -> int:
+        """How many streams this replica runs that are past their start-up."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=30) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as e:
+            body = json.load(e)
+        except OSError:
+            return 0
+        return sum(1 for t in body["tables"] if t["owned"] and t["status"] == "following")
+
     def metric(self, name: str) -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
             for line in r.read().decode().splitlines():
@@ -173,9 +184,12 @@ def traffic(args: argparse.Namespace) -> None:
     options = ""
     state = str(root / "state")
     if args.store == "s3":
+        import logging
+
         import boto3
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
         port = free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
@@ -205,8 +219,10 @@ def traffic(args: argparse.Namespace) -> None:
         ),
         3600,
     )
+    # Measured in the steady state: every stream past its start-up.
+    wait_for(lambda: sum(r.following() for r in replicas) == args.streams, 3600)
     print(
-        f"{args.streams} streams running on 2 replicas after {time.monotonic() - started:.0f} s",
+        f"{args.streams} streams following on 2 replicas after {time.monotonic() - started:.0f} s",
         file=sys.stderr,
     )
     before = [r.metric("deltastream_lease_requests_total") for r in replicas]

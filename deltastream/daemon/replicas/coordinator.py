@@ -309,6 +309,8 @@ class Coordinator:
             self._warn(f"cannot renew its lease: {e or type(e).__name__}")
             return False
         self._record, self._member_tag = record, tag
+        # Its own record is known: the next listing need not read it back.
+        self._cache[member_key(self.member)] = (tag, record)
         received = self.clock()
         if self._last_ok_send is not None and received >= self._last_ok_send + (
             _LAPSE_AT * self.settings.lease_ttl
