@@ -46,7 +46,10 @@ def free_port() -> int:
 
 
 class Replica:
+    started: list[Replica] = []  # noqa: RUF012 (every replica of the run, for the cleanup)
+
     def __init__(self, config: Path, log: Path) -> None:
+        Replica.started.append(self)
         self.port = free_port()
         self.process = subprocess.Popen(
             [
@@ -239,6 +242,12 @@ def traffic(args: argparse.Namespace) -> None:
     )
 
 
+def _end_children() -> None:
+    """Kill the replicas a run started, however it ends (an error, Ctrl-C)."""
+    for replica in Replica.started:
+        replica.end()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -250,7 +259,10 @@ def main() -> None:
     r.add_argument("--store", choices=("local", "s3"), default="local")
     r.add_argument("--seconds", type=float, default=60)
     args = parser.parse_args()
-    takeover(args) if args.what == "takeover" else traffic(args)
+    try:
+        takeover(args) if args.what == "takeover" else traffic(args)
+    finally:
+        _end_children()
 
 
 if __name__ == "__main__":

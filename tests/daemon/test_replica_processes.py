@@ -5,6 +5,7 @@ through /healthz throughout), each row exactly once; and run-once jobs
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -101,6 +102,9 @@ class Replica:
             stdout=subprocess.DEVNULL,
             stderr=log.open("w"),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # Its own process group: the teardown kills the daemon even when a wrapper
+            # (faketime) started it as a child.
+            start_new_session=True,
         )
 
     def owned(self) -> set[str] | None:
@@ -125,13 +129,14 @@ class Replica:
         except urllib.error.HTTPError as e:
             return e.code, json.load(e)
 
-    def metric(self, name: str) -> float:
-        """A sample of the replica's /metrics (the first with that name)."""
+    def metric(self, name: str, label: str = "") -> float:
+        """A sample of the replica's /metrics: the first of that name (with ``label``,
+        such as ``transition="acquired"``, among its labels)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as page:
             for line in page.read().decode().splitlines():
-                if line.startswith(name + "{") or line.startswith(name + " "):
+                if line.startswith((name + "{", name + " ")) and label in line:
                     return float(line.rsplit(" ", 1)[1])
-        raise AssertionError(f"no {name} in /metrics")
+        raise AssertionError(f"no {name} {label} in /metrics")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process.poll() is None:
@@ -144,9 +149,9 @@ def replicas() -> Iterator[list[Replica]]:
     started: list[Replica] = []
     yield started
     for r in started:
-        if r.process.poll() is None:
-            r.process.kill()
-            r.process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(r.process.pid, signal.SIGKILL)
+        r.process.wait()
 
 
 def watch(replicas: list[Replica], until: object, timeout: float = 30) -> float:
