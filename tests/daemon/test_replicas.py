@@ -488,3 +488,25 @@ async def test_a_shard_that_cannot_be_written_now_does_not_hold_up_the_others(
     a.store.stuck.clear()
     await steps(a, clock=clock, rounds=1)
     assert a.host.running == set(range(12))
+
+
+@pytest.mark.anyio
+async def test_a_release_whose_write_failed_is_written_again_not_left_held(
+    group: Callable[..., Member],
+) -> None:
+    """a gives shards up to b, but the store refuses a's writes meanwhile: a stops their
+    streams all the same, and its next steps record them free, so b gets its share (a
+    record naming a live member that does not run the shard would block it for good)."""
+    clock: Clock = group.clock  # type: ignore[attr-defined]
+    a, b = group(), group()
+    await a.coordinator.join()
+    await steps(a, clock=clock, rounds=1)
+    await b.coordinator.join()
+    await steps(a, b, clock=clock, seconds=1, rounds=1)
+    a.store.stuck.update(shard_key(s) for s in range(12))
+    # Past the rebalance delay: a releases six shards (their writes fail).
+    await steps(a, b, clock=clock, seconds=1, rounds=6)
+    assert len(a.host.running) == 6 and not b.host.running
+    a.store.stuck.clear()
+    await steps(a, b, clock=clock, seconds=1, rounds=3)
+    assert len(a.host.running) == 6 and len(b.host.running) == 6

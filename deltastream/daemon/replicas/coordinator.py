@@ -516,6 +516,37 @@ class Coordinator:
         finally:
             self._releasing.discard(shard)
 
+    async def _free_stale_records(self, claims: tuple[int, ...]) -> None:
+        """Record as free the shards whose record names this member although it does not
+        run them (a release whose write failed, a take whose answer was lost, shards given
+        up in a lapse) and that it is not taking back now: the others would wait on them
+        for as long as this member lives."""
+        for shard, owner in sorted(self.owners.items()):
+            if owner != self.member or shard in self.held or shard in self._releasing:
+                continue
+            if shard in claims:
+                continue
+            cached = self._cache.get(shard_key(shard))
+            generation = (
+                cached[1].generation if cached and isinstance(cached[1], ShardRecord) else 0
+            )
+            record = ShardRecord("", generation + 1)
+            try:
+                tag = await self._put(shard_key(shard), record.to_bytes(), self._shard_tags[shard])
+            except PreconditionFailedError:
+                continue  # changed meanwhile: whoever wrote it decides
+            except (StorageError, TimeoutError) as e:
+                self._warn(f"cannot free shard {shard} now: {e or type(e).__name__}")
+                continue
+            self._cache[shard_key(shard)] = (tag, record)
+            self.owners[shard] = ""
+            log.info(
+                "replica %s: freed shard %d (recorded as its own, not run here)",
+                self.member,
+                shard,
+                extra={"group": self.uri, "shard": shard},
+            )
+
     async def _forget_gone(self) -> None:
         """Delete the heartbeats of members gone for long (each restart leaves one)."""
         limit = _FORGET_AFTER * self.settings.lease_ttl
@@ -562,9 +593,12 @@ class Coordinator:
                 # One shard's record may be unwritable for now (a local writer frozen inside
                 # its write holds the file's lock): the others are taken meanwhile.
                 self._warn(f"cannot take shard {shard} now: {e or type(e).__name__}")
+        await self._free_stale_records(todo.claims)
         for shard in todo.releases:
             assert self._tg is not None
-            self._tg.start_soon(self._release, shard, self.clock() + self.settings.lease_ttl)
+            self._tg.start_soon(
+                self._release_quietly, shard, self.clock() + self.settings.lease_ttl
+            )
         await self._forget_gone()
 
     # ------------------------------------------------------------------ running
