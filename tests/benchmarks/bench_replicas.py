@@ -235,7 +235,7 @@ def traffic(args: argparse.Namespace) -> None:
         server.stop()
     rates = [(b - a) / args.seconds for a, b in zip(before, after, strict=True)]
     print(
-        f"lease requests per second per replica, {args.streams} streams, state on "
+        f"lease requests per second per replica, {args.streams} streams, leases on "
         f"{args.store}, over {args.seconds:g} s: " + ", ".join(f"{rate:.2f}" for rate in rates)
     )
 

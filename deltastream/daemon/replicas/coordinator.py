@@ -455,15 +455,19 @@ class Coordinator:
 
     # ------------------------------------------------------------------ taking, giving up
 
+    def _next_record(self, shard: int, owner: str) -> ShardRecord:
+        """Shard ``shard``'s record naming ``owner`` ("": free), one generation on from the
+        one last read or written."""
+        cached = self._cache.get(shard_key(shard))
+        last = cached[1] if cached is not None else None
+        generation = last.generation if isinstance(last, ShardRecord) else 0
+        return ShardRecord(owner, generation + 1)
+
     async def _take(self, shard: int, *, start: bool = True) -> bool:
         """Write shard ``shard``'s record naming this member over the tag last listed."""
         owner = self.owners.get(shard, "")
         tag = self._shard_tags.get(shard, "")
-        generation = 0
-        cached = self._cache.get(shard_key(shard))
-        if cached is not None and isinstance(cached[1], ShardRecord):
-            generation = cached[1].generation
-        record = ShardRecord(self.member, generation + 1)
+        record = self._next_record(shard, self.member)
         try:
             new_tag = await self._put(shard_key(shard), record.to_bytes(), tag)
         except PreconditionFailedError:
@@ -496,11 +500,7 @@ class Coordinator:
             tag = self.held.pop(shard, None)
             if tag is None:
                 return  # lost meanwhile
-            cached = self._cache.get(shard_key(shard))
-            generation = (
-                cached[1].generation if cached and isinstance(cached[1], ShardRecord) else 0
-            )
-            record = ShardRecord("", generation + 1)
+            record = self._next_record(shard, "")
             try:
                 new_tag = await self._put(shard_key(shard), record.to_bytes(), tag)
             except PreconditionFailedError:
@@ -526,11 +526,7 @@ class Coordinator:
                 continue
             if shard in claims:
                 continue
-            cached = self._cache.get(shard_key(shard))
-            generation = (
-                cached[1].generation if cached and isinstance(cached[1], ShardRecord) else 0
-            )
-            record = ShardRecord("", generation + 1)
+            record = self._next_record(shard, "")
             try:
                 tag = await self._put(shard_key(shard), record.to_bytes(), self._shard_tags[shard])
             except PreconditionFailedError:
