@@ -16,8 +16,10 @@ A file takes this path when the output is exactly what the reader would produce 
 
 * every row (no deletion vector, no split, no row filter left to apply);
 * columns found by their exact (physical) name, at most once, each either of the table's
-  type or of a plain type cast to it; a column the file lacks must not be found by the
-  reader's case-insensitive match either; no partition or constant column in the file;
+  type or of a plain type that reads as it without loss (as the reader checks it:
+  :func:`~deltastream.schema.widening.readable_as`); a column the file lacks must not be
+  found by the reader's case-insensitive match either; no partition or constant column in
+  the file;
 * no column mapping by field id, no variant or void columns in the output.
 
 Anything else, and any file the scan fails on (so that errors are the reader's), is read
@@ -42,6 +44,7 @@ import pyarrow.compute as pc
 from deltastream.read.partition_values import parse_partition_value
 from deltastream.read.reader import BATCH_ROWS, FileRead, ReadSchema
 from deltastream.schema.model import ColumnMappingMode, StructField, is_variant, to_arrow_type
+from deltastream.schema.widening import readable_as
 
 __all__ = ["ScanPlan"]
 
@@ -100,6 +103,9 @@ class _Source:
     name: str
     arrow_type: pa.DataType
     required: bool = False
+    #: The table column's Delta type (``None`` for a change-data file's own columns): a
+    #: file's column of another type is cast only when it reads as this one without loss.
+    table_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,7 @@ class ScanPlan:
                 if name in schema.partition_columns:
                     partitions.append(_Partition(physical, physical, f, arrow_type))
                 else:
-                    sources.append(_Source(physical, arrow_type))
+                    sources.append(_Source(physical, arrow_type, table_type=str(f.type)))
                 fields.append(pa.field(physical, arrow_type))
         except Exception:  # the reader raises it, naming the file
             return None
@@ -273,7 +279,9 @@ class ScanPlan:
                 return False
             file_type = physical.field(source.name).type
             if file_type != source.arrow_type and not (
-                _plain(file_type) and _plain(source.arrow_type)
+                _plain(file_type)
+                and _plain(source.arrow_type)
+                and (source.table_type is None or readable_as(file_type, source.table_type))
             ):
                 return False
         self._accepted = physical

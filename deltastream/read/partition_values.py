@@ -24,7 +24,9 @@ protocol); this module owns their decoding:
   ``2021-09-08 11:11:11``, which the Spark that made its expected rows read in US Pacific
   time (PDT, UTC-7) as ``2021-09-08T18:11:11Z``; deltastream gives ``2021-09-08T11:11:11Z``
   (the kernel-timestamp-* golden tables' expected rows, in contrast, match UTC);
-* ``timestamp_ntz`` ``{date} {hh}:{mm}:{ss}[.ffffff]``, a wall-clock time without zone.
+* ``timestamp_ntz`` ``{date} {hh}:{mm}:{ss}[.ffffff]``, a wall-clock time without zone
+  (or ``{date}``, midnight: the value of a file written before the column was widened
+  from ``date``).
 
 Fractions beyond microseconds are truncated. Dates and timestamps outside Python's
 ``datetime`` range (years 1-9999) come back as days / microseconds since the epoch, which
@@ -66,6 +68,7 @@ __all__ = [
     "parse_date",
     "parse_partition_value",
     "parse_timestamp",
+    "parse_wall_clock",
     "partition_column",
     "partition_values_table",
 ]
@@ -261,9 +264,18 @@ def _parse_timestamp_value(raw: str) -> Any:
     return _timestamp_value(micros, aware=True)
 
 
+def parse_wall_clock(text: str) -> int:
+    """Microseconds of a ``timestamp_ntz`` value without zone, or of a date's midnight: a
+    column widened from ``date`` (type widening) keeps its older files' partition values
+    and statistics as dates. Raises ``ValueError``."""
+    if _DATE_RE.fullmatch(text.strip()):
+        return parse_date(text.strip()) * _MICROS_PER_DAY
+    micros, _ = parse_timestamp(text, allow_zone=False)
+    return micros
+
+
 def _parse_timestamp_ntz_value(raw: str) -> Any:
-    micros, _ = parse_timestamp(raw, allow_zone=False)
-    return _timestamp_value(micros, aware=False)
+    return _timestamp_value(parse_wall_clock(raw), aware=False)
 
 
 def _parser(dtype: DataType, column: str) -> Callable[[str], Any]:

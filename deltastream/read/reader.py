@@ -42,6 +42,7 @@ from deltastream.schema.model import (
     is_variant,
     to_arrow_type,
 )
+from deltastream.schema.widening import readable_as
 
 __all__ = ["BATCH_ROWS", "FileRead", "FileReader", "Layouts", "ReadSchema"]
 
@@ -106,7 +107,11 @@ class FileRead:
 
 
 class _TypeMismatchError(Exception):
-    pass
+    """A file's column (or nested field) of a type that does not read as the table's."""
+
+    def __init__(self, where: str, stored: pa.DataType, wanted: DataType) -> None:
+        super().__init__(where)
+        self.where, self.stored, self.wanted = where, stored, wanted
 
 
 def _field_id(f: pa.Field[Any]) -> int | None:
@@ -149,7 +154,7 @@ def conform(
         return arr
     if isinstance(target, StructType):
         if not pa.types.is_struct(arr.type):
-            raise _TypeMismatchError
+            raise _TypeMismatchError(where, arr.type, target)
         struct = cast(pa.StructArray, arr)
         file_fields = [struct.type.field(i) for i in range(struct.type.num_fields)]
         children, fields = [], []
@@ -167,7 +172,7 @@ def conform(
         return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
     if isinstance(target, ArrayType):
         if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-            raise _TypeMismatchError
+            raise _TypeMismatchError(where, arr.type, target)
         lst: Any = arr
         values = conform(lst.values, target.element_type, mode, f"{where}[]")
         mask = lst.is_null() if lst.null_count else None
@@ -176,7 +181,7 @@ def conform(
         return rebuilt.cast(target_type)
     if isinstance(target, MapType):
         if not pa.types.is_map(arr.type):
-            raise _TypeMismatchError
+            raise _TypeMismatchError(where, arr.type, target)
         m: Any = arr
         keys = conform(m.keys, target.key_type, mode, f"{where}.key")
         items = conform(m.items, target.value_type, mode, f"{where}.value")
@@ -187,11 +192,16 @@ def conform(
         )
         return rebuilt_map
     if pa.types.is_struct(arr.type) or pa.types.is_list(arr.type) or pa.types.is_map(arr.type):
-        raise _TypeMismatchError
+        raise _TypeMismatchError(where, arr.type, target)
+    # Only the table's type or a type the protocol lets it be widened from converts: any
+    # other cast Arrow would make (a string of digits to a number, a long to an integer)
+    # changes or loses values.
+    if not readable_as(arr.type, str(target)):
+        raise _TypeMismatchError(where, arr.type, target)
     try:
         return arr.cast(target_type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise _TypeMismatchError from e
+        raise _TypeMismatchError(where, arr.type, target) from e
 
 
 def _selection(task: FileRead, start: int, length: int) -> pa.BooleanArray | None:
@@ -450,10 +460,11 @@ class FileReader:
                     continue
                 try:
                     arrays.append(conform(data, f.type, schema.mode, f.name))
-                except _TypeMismatchError:
+                except _TypeMismatchError as e:
                     raise self.error(
-                        f"column {f.name!r} is stored as {data.type}, which cannot be read "
-                        f"as the table's type {f.type}"
+                        f"column {e.where!r} is stored as {e.stored}, which cannot be read "
+                        f"as the table's type {e.wanted} without loss (a file's type must be "
+                        "the table's, or one the protocol's type widening widens to it)"
                     ) from None
                 except MalformedVariantError as e:
                     raise self.error(f"column {f.name!r}: malformed variant: {e}") from None

@@ -33,6 +33,11 @@ from deltastream.errors import (
     UnsupportedFeatureError,
 )
 from deltastream.log.actions import Metadata, Protocol
+from deltastream.schema.widening import (
+    TYPE_CHANGES_KEY,
+    UnsupportedTypeChange,
+    check_type_changes,
+)
 
 __all__ = [
     "VARIANT_ARROW_TYPE",
@@ -308,10 +313,13 @@ def _parse_struct(value: dict[str, Any], where: str, depth: int = 0) -> StructTy
         if not isinstance(name, str):
             raise ValueError(f"{where}: field name must be a string, not {name!r}")
         metadata = raw.get("metadata") or {}
+        path = f"{where}.{name}" if where else name
+        if TYPE_CHANGES_KEY in metadata:
+            check_type_changes(metadata[TYPE_CHANGES_KEY], path)
         fields.append(
             StructField(
                 name=name,
-                type=_parse_type(raw["type"], f"{where}.{name}" if where else name, depth),
+                type=_parse_type(raw["type"], path, depth),
                 nullable=bool(raw.get("nullable", True)),
                 metadata=MappingProxyType(dict(metadata)),
             )
@@ -328,6 +336,8 @@ def parse_schema(schema_string: str | None, source: str = "schemaString") -> Str
         if not isinstance(value, dict) or value.get("type") != "struct":
             raise ValueError("the top level must be a struct")
         return _parse_struct(value, "")
+    except UnsupportedTypeChange as e:
+        raise UnsupportedFeatureError(source, "typeWidening", str(e)) from None
     except (ValueError, KeyError, TypeError) as e:
         raise InvalidTableStateError(f"{source}: invalid table schema: {e}") from None
     except (RecursionError, _TooDeepError):

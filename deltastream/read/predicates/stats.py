@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from deltastream.read.partition_values import parse_date, parse_timestamp
+from deltastream.read.partition_values import parse_date, parse_timestamp, parse_wall_clock
 from deltastream.read.predicates.literals import DECIMAL_CONTEXT, INT_RANGES, Literal
 from deltastream.schema.model import DataType, DecimalType, PrimitiveType, StructField
+from deltastream.schema.widening import TYPE_CHANGES_KEY, float_history
 
 #: An Arrow array of any type (annotation only: pyarrow's classes are not generic at runtime).
 AnyArray: TypeAlias = "pa.Array[Any]"
@@ -41,6 +42,8 @@ def as_bools(values: Any, unknown: bool) -> Bools:
 
 _STRING_TIE_BREAKERS = "\x7f\ufffd\ufffe\uffff\U0010ffff"
 _MILLI = 1000
+#: A timestamp's zone at its end.
+_ZONED = re.compile(r"\s*(Z|z|UTC|[+-][0-9:]+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +187,11 @@ class StatsReader:
             all_null = as_bools(pc.equal(counts, self.num_records), False)
         lower = upper = prefix = None
         if physical in self.minmax:
-            lower = _comparable(self.mins[physical], dtype, upper=False)
-            upper = _comparable(self.maxs[physical], dtype, upper=True)
+            # A column widened from float: files written before it hold floats, and their
+            # statistics a float's shortest text, which parses to another double.
+            widened = float_history(field.metadata.get(TYPE_CHANGES_KEY))
+            lower = _comparable(self.mins[physical], dtype, upper=False, from_float=widened)
+            upper = _comparable(self.maxs[physical], dtype, upper=True, from_float=widened)
             if _is_string(dtype):
                 prefix = pc.utf8_rtrim(upper, characters=_STRING_TIE_BREAKERS)
         return ColumnStats(dtype, lower, upper, prefix, no_nulls, all_null)
@@ -292,25 +298,43 @@ def _parse_each(values: AnyArray, parse: Callable[[str], Any], arrow_type: pa.Da
 
 
 def _stat_timestamp(text: str, ntz: bool) -> int | None:
-    micros, zoned = parse_timestamp(text.strip())
-    if ntz and zoned:
-        # A wall-clock time written with a zone: only "Z"/"+00:00" reads unambiguously.
-        plain, _ = parse_timestamp(re.sub(r"\s*(Z|z|UTC|[+-][0-9:]+)$", "", text.strip()))
-        if plain != micros:
-            return None
+    if not ntz:
+        micros, _ = parse_timestamp(text.strip())
+    else:
+        try:
+            # A date reads too: the column may be widened from one (type widening).
+            micros = parse_wall_clock(text)
+        except ValueError:
+            # A wall-clock time written with a zone: only "Z"/"+00:00" reads unambiguously.
+            micros, _ = parse_timestamp(text.strip())
+            plain, _ = parse_timestamp(_ZONED.sub("", text.strip()))
+            if plain != micros:
+                return None
     return micros if -(2**63) + _MILLI <= micros < 2**63 - _MILLI else None
 
 
-def _comparable(values: AnyArray, dtype: DataType, upper: bool) -> AnyArray:
+def _comparable(
+    values: AnyArray, dtype: DataType, upper: bool, from_float: bool = False
+) -> AnyArray:
     """Statistics as read from JSON, in the type they are compared in; NaN and anything
-    unparseable become null, timestamps are widened by 1 ms away from the values."""
+    unparseable become null, timestamps are widened by 1 ms away from the values.
+
+    A float's statistic is the float it names (its shortest text read as a double is
+    another number). ``from_float``: a double column widened from float, whose files may
+    hold either, so each bound is the wider of the two readings.
+    """
     if isinstance(dtype, DecimalType) or not isinstance(dtype, PrimitiveType):
         return values
     name = dtype.name
     if name in ("float", "double"):
         floats = cast("pa.DoubleArray", values)
-        if name == "float":
-            floats = cast("pa.DoubleArray", pc.cast(pc.cast(floats, pa.float32()), pa.float64()))
+        if name == "float" or from_float:
+            as_float = pc.cast(pc.cast(floats, pa.float32(), safe=False), pa.float64())
+            if name == "float":
+                floats = cast("pa.DoubleArray", as_float)
+            else:
+                either = pc.max_element_wise if upper else pc.min_element_wise
+                floats = cast("pa.DoubleArray", either(floats, as_float))
         return cast(AnyArray, pc.if_else(pc.is_nan(floats), pa.scalar(None, pa.float64()), floats))
     if name == "date":
         try:
