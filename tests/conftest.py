@@ -126,6 +126,7 @@ SPARK_SESSION_FILES = (
     "spark/test_columns.py",
     "spark/test_docs_examples.py",
     "spark/test_variant_columns.py",
+    "spark/test_type_widening.py",
     "spark_versions/test_smoke.py",
 )
 
