@@ -406,8 +406,9 @@ class ChangeDataNotEnabledError(ChangeDataError):
 
 
 class SchemaChangeError(ChangeDataError):
-    """The range crosses a schema change (a dropped column, an incompatible type change) that
-    cannot be read safely with the range's final schema."""
+    """The range crosses a schema change (a dropped column, a column renamed under column
+    mapping, an incompatible type change) that cannot be read safely with the range's final
+    schema, or a stream meets one it stops at."""
 
     def __init__(self, uri: str, version: int, problem: str) -> None:
         super().__init__(f"{uri}: version {version} {problem}")

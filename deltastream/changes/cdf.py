@@ -10,8 +10,11 @@ microseconds. Each commit is judged by :func:`~deltastream.changes.commits.proce
 The whole range is validated before the first row is produced: every commit must still
 exist; versions that changed rows while the change data feed was not in force are refused
 (:func:`~deltastream.changes.planner.lacks_change_data`; unless changes may be inferred
-from add/remove actions); a column drop or an incompatible
-type change inside the range is refused, since the range is read with its last schema.
+from add/remove actions); a column drop, a rename (under column mapping) or an
+incompatible type change inside the range is refused, since the range is read with its last
+schema (:attr:`~deltastream.schema.evolution.SchemaChange.splits_reads`). Turning column
+mapping on is no such change: the older files are read by the names they have, which become
+the columns' physical names.
 """
 
 from __future__ import annotations
@@ -85,11 +88,16 @@ async def _validate(store: ObjectStore, start: int, end: int, *, infer_without_c
         for f, actions in zip(chunk, await read_log_files(store, chunk), strict=True):
             step = await steps.step(f, actions, listing)
             # A range is read with one schema: a change that leaves earlier files
-            # unreadable with the later schema splits it.
-            problem = step.schema_change.unreadable
+            # unreadable with the later schema, or renames a column, splits it (as Delta on
+            # Spark refuses it: DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE).
+            problem = step.schema_change.splits_reads
             if problem:
                 raise SchemaChangeError(
-                    uri, f.version, f"{problem}; read the changes before and after it separately"
+                    uri,
+                    f.version,
+                    f"{problem}, which one read of versions {start}..{end} cannot span (it "
+                    f"reads them all with one schema); read versions {start}..{f.version - 1} "
+                    f"and {f.version}..{end} separately",
                 )
             if step.lacks_change_data:
                 disabled.append(f.version)

@@ -27,14 +27,16 @@ from deltastream.changes.planner import lacks_change_data, removes_data
 from deltastream.errors import CorruptCommitError
 from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
+from deltastream.log.listing import list_log
 from deltastream.log.paths import LogFile
 from deltastream.log.segment import LogListing
 from deltastream.log.table_properties import change_data_feed_in_force
 from deltastream.schema.evolution import SchemaChange, SchemaChangeKind, classify_schema_change
 from deltastream.schema.model import column_mapping_mode, table_schema
 from deltastream.snapshot.features import check_readable
-from deltastream.snapshot.loader import load_table_state
+from deltastream.snapshot.loader import chunk_log_files, load_table_state, read_log_files
 from deltastream.snapshot.timestamps import (
+    FILE_TIME_LOOKBACK,
     FileTimeWindow,
     commit_timestamp,
     file_time_window,
@@ -42,7 +44,7 @@ from deltastream.snapshot.timestamps import (
 )
 from deltastream.storage.base import ObjectStore
 
-__all__ = ["CommitStep", "CommitSteps", "InForce", "process_commit"]
+__all__ = ["CommitStep", "CommitSteps", "InForce", "process_commit", "splitting_change"]
 
 
 @dataclass(frozen=True)
@@ -120,10 +122,13 @@ def process_commit(
     replaced = False
     if actions.metadata is not None and before is not None:
         replaced = actions.metadata.id != before.metadata.id
+        # Each side in the column-mapping mode in force for it: turning mapping on
+        # mid-history leaves the older schema (and files) unmapped.
         change = classify_schema_change(
             table_schema(before.metadata),
             table_schema(metadata),
             column_mapping_mode(protocol, metadata),
+            column_mapping_mode(before.protocol, before.metadata),
         )
     file_time, window = next_file_time(
         before.file_times if before else (), commit.version, commit.last_modified_ms
@@ -190,3 +195,22 @@ class CommitSteps:
         assert state.protocol is not None and state.metadata is not None
         window = await file_time_window(self._store, version, listing)
         return InForce(state.protocol, state.metadata, window)
+
+
+async def splitting_change(store: ObjectStore, start: int, end: int) -> CommitStep | None:
+    """The first commit of ``start + 1 .. end`` whose schema change splits reads
+    (:attr:`~deltastream.schema.evolution.SchemaChange.splits_reads`), judged in order from
+    the state at ``start``; ``None`` if none does. For a reader that found the schema in
+    force at ``start`` not readable as one with ``end``'s, to name the version that made it
+    so (the first a read with ``end``'s schema can start at)."""
+    listing = await list_log(store, max(start - FILE_TIME_LOOKBACK, 0))
+    commits = listing.contiguous_commits(
+        start, end, why=f"finding the schema change between versions {start} and {end}"
+    )
+    steps = CommitSteps(store)
+    for chunk in chunk_log_files(commits):
+        for f, actions in zip(chunk, await read_log_files(store, chunk), strict=True):
+            step = await steps.step(f, actions, listing)
+            if step.schema_change.splits_reads:
+                return step
+    return None

@@ -127,11 +127,16 @@ def _child_index(
 ) -> int | None:
     """Index of ``target``'s column among a file's fields, or ``None`` if the file lacks it."""
     if mode is ColumnMappingMode.ID:
-        wanted = target.field_id
-        for i, f in enumerate(fields):
-            if wanted is not None and _field_id(f) == wanted:
-                return i
-        return None
+        if any(_field_id(f) is not None for f in fields):
+            wanted = target.field_id
+            for i, f in enumerate(fields):
+                if wanted is not None and _field_id(f) == wanted:
+                    return i
+            return None
+        # Fields without ids were written before id mode was turned on (a writer in id mode
+        # writes them): read as the protocol reads files of mode none, by the names they
+        # had then, which turning mapping on made the columns' physical names.
+        mode = ColumnMappingMode.NAME
     name = target.physical_name(mode)
     exact = [i for i, f in enumerate(fields) if f.name == name]
     if len(exact) == 1:

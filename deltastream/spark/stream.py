@@ -52,7 +52,7 @@ from anyio.from_thread import BlockingPortal
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from deltastream.changes.columns import change_constants
-from deltastream.changes.commits import CommitSteps
+from deltastream.changes.commits import CommitSteps, splitting_change
 from deltastream.changes.planner import ChangePlanner, ChangeSchemas, removes_data
 from deltastream.errors import (
     ChangeDataNotEnabledError,
@@ -71,8 +71,8 @@ from deltastream.read.live_files import check_live_files
 from deltastream.read.predicates import parse_predicate
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.read.scan import table_read_schema
-from deltastream.schema.evolution import schema_problem
-from deltastream.schema.model import column_mapping_mode, table_schema
+from deltastream.schema.evolution import SchemaChangeKind, classify_schema_change
+from deltastream.schema.model import ColumnMappingMode, column_mapping_mode, table_schema
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.identity import TableGuard
 from deltastream.snapshot.loader import (
@@ -203,6 +203,11 @@ class _Plan:
     #: The version whose schema the stream reads every version with.
     version: int
 
+    @property
+    def mapped(self) -> bool:
+        """Whether that schema is column-mapped (columns may have been renamed before it)."""
+        return column_mapping_mode(self.protocol, self.metadata) is not ColumnMappingMode.NONE
+
 
 class _Session:
     """One event loop (in a daemon thread) and one store for a reader's planning calls on
@@ -263,6 +268,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._table_id: str | None = None
         #: Keeps the stream on that table (driver only: it holds the reader's store).
         self._guard: TableGuard | None = None
+        #: The metadata the stream's schema policy last passed (:meth:`_check`); ``None``:
+        #: none yet, the first version planned is where the stream starts.
+        self._checked: Metadata | None = None
         try:
             self._plan = self._run(self._load_plan)
         except BaseException:
@@ -323,6 +331,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._snapshot = None
         # A reader started again verifies the first offset it is given, as on a restart.
         self._guard, self._table_id = None, None
+        self._checked = None
         session, self._session = self._session, None
         if session is not None:
             session.close()
@@ -667,12 +676,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return cached
         (actions,) = await read_log_files(store, [commit])
         plan = self._plan
-        self._check(version, actions.metadata)
         if plan.changes is not None:
             # Change rows need what is in force for the version (timestamps, the change
             # data feed); the plain source reads added files, which need only the reader
             # gate, so it reads past versions whose state the log cannot reconstruct.
             step = await self._commits(store).step(commit, actions)
+            # The schema in force, the first version's included: the stream's start.
+            await self._check(store, version, step.metadata, step.protocol)
             if step.lacks_change_data:
                 raise ChangeDataNotEnabledError(plan.uri, [version])
             planner = ChangePlanner(store)
@@ -685,6 +695,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             if actions.protocol is not None:
                 check_readable(plan.uri, actions.protocol)
+            if self._checked is None and version <= plan.version and plan.mapped:
+                # Where the stream starts, the schema in force there: with column mapping a
+                # column renamed since is read fine, under its new name, and must not be
+                # (Delta checks this at the start too, for column-mapped tables only).
+                state, _ = await load_table_state(store, version)
+                assert state.protocol is not None and state.metadata is not None
+                await self._check(store, version, state.metadata, state.protocol)
+            if actions.metadata is not None:
+                # Its own protocol, else the plan's: the plain source does not reconstruct
+                # each version's state, and the protocol only says whether the metadata's
+                # column-mapping mode is honoured.
+                protocol = actions.protocol or plan.protocol
+                await self._check(store, version, actions.metadata, protocol)
             refuse_outside_actions(store, actions, version)
             files = self._added_files(version, actions)
         if len(self._versions) >= _CACHED_VERSIONS:
@@ -699,12 +722,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._steps = CommitSteps(store)
         return self._steps
 
-    def _check(self, version: int, metadata: Metadata | None) -> None:
-        """The stream's policy for a version's metadata: it reads the table it started on,
-        with the schema of the version it started on."""
+    async def _check(
+        self, store: ObjectStore, version: int, metadata: Metadata, protocol: Protocol
+    ) -> None:
+        """The stream's policy for the metadata in force at a version (``protocol``: the
+        protocol in force with it, which says its column-mapping mode): it reads the table
+        it started on, with the schema of the version it started on."""
         plan = self._plan
-        if metadata is None:
-            return
+        if metadata is self._checked:
+            return  # the same metadata in force as at the last version checked
         followed = self._followed()
         if metadata.id != followed:
             raise TableReplacedError(
@@ -715,19 +741,35 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 _REMEDY,
             )
         # Every version is read with the schema of the version the query started on: an
-        # older schema it evolved from additively reads fine; any change after the start
-        # would change the query's schema under it.
-        schema, read_with = table_schema(metadata), table_schema(plan.metadata)
-        if schema != read_with and (
-            version > plan.version
-            or schema_problem(schema, read_with, column_mapping_mode(plan.protocol, plan.metadata))
-        ):
+        # older schema it evolved from additively reads fine (column mapping turned on
+        # since is no change); any change after the start would change the query's schema
+        # under it.
+        schema, mode = table_schema(metadata), column_mapping_mode(protocol, metadata)
+        read_with = table_schema(plan.metadata)
+        read_mode = column_mapping_mode(plan.protocol, plan.metadata)
+        if version > plan.version:
+            change = classify_schema_change(read_with, schema, mode, read_mode)
+            if change.kind is not SchemaChangeKind.NONE:
+                raise SchemaChangeError(
+                    plan.uri,
+                    version,
+                    "changes the table's schema; restart the query (with a new checkpoint "
+                    "location) to read it with the new schema",
+                )
+        elif problem := classify_schema_change(schema, read_with, read_mode, mode).splits_reads:
+            # Named by the version that made it, where the stream could start instead.
+            found = await splitting_change(store, version, plan.version)
+            if found is not None:
+                version, problem = found.version, found.schema_change.splits_reads or problem
             raise SchemaChangeError(
                 plan.uri,
                 version,
-                "changes the table's schema; restart the query (with a new checkpoint "
-                "location) to read it with the new schema",
+                f"{problem}: the stream reads every version with the schema of version "
+                f"{plan.version} (the latest when the query started), which cannot show the "
+                f"rows before it; start the query at version {version} or later "
+                "(startingVersion) and read the versions before it separately",
             )
+        self._checked = metadata
 
     def _added_files(self, version: int, actions: LogActions) -> list[FilePartition]:
         """The plain source's files of one version: its data-changing adds."""

@@ -17,12 +17,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import delta_kernel_rust_sharing_wrapper as kernel
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from cdf_tables import upgraded_without_cdf_feature
 from conftest import CORPORA
+from kernel_oracle import kernel_changes
 
 import deltastream as ds
 
@@ -34,15 +34,6 @@ CASES = sorted(
     },
     key=str,
 )
-
-
-def kernel_changes(path: str, start: int, end: int | None) -> pa.Table:
-    uri = Path(path).resolve().as_uri() + "/"
-    engine = kernel.PythonInterface(uri)
-    table = kernel.Table(uri)
-    scan = kernel.TableChangesScanBuilder(table, engine, start, end).build()
-    result = scan.execute(engine)
-    return result.read_all() if hasattr(result, "read_all") else pa.table(result)
 
 
 def file_times(path: str) -> tuple[dict[int, int], dict[int, int]]:

@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pytest
 from cdf_tables import upgraded_without_cdf_feature
 from deltalake import DeltaTable, write_deltalake
+from mapping_tables import append, history, history_changes, ordered, rename_column, rows
 from tailing import (
     Collector,
     Writer,
@@ -181,6 +183,63 @@ async def test_column_rename_under_column_mapping_is_non_additive(tmp_path: Path
     commit(uri, 1, {"metaData": renamed})
     with pytest.raises(SchemaChangeError, match="drops column 'name'"):
         await run_expecting(follow(tmp_path, uri), Collector())
+
+
+def _rows(collector: Collector) -> list[dict[str, Any]]:
+    """What a stream delivered, ``_commit_timestamp`` left out, in ``ordered`` order."""
+    found = [{k: v for k, v in r.items() if k != "_commit_timestamp"} for r in collector.rows]
+    return sorted(found, key=ordered)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["name", "id"])
+@pytest.mark.parametrize("on_schema_change", [OnSchemaChange.STOP, OnSchemaChange.CONTINUE])
+async def test_turning_column_mapping_on_is_no_schema_change(
+    tmp_path: Path,
+    mode: str,
+    on_schema_change: OnSchemaChange,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """v2 turns the mapping on (physical names = the names): the logical schema is the
+    same, the files before it are read unmapped, the stream goes on without a word."""
+    uri = str(tmp_path / "t")
+    history(uri, mode)
+    collector = Collector()
+    config = follow(tmp_path, uri, on_schema_change=on_schema_change)
+    with caplog.at_level(logging.INFO, logger="deltastream"):
+        await run_until_delivered(config, collector, 4)
+    assert _rows(collector) == history_changes()
+    assert "with the new schema" not in caplog.text
+
+
+@pytest.mark.anyio
+async def test_a_rename_after_turning_column_mapping_on_stops_the_stream_unless_followed(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "t")
+    history(uri, "name")
+    rename_column(uri, "id", "key")  # v5
+    append(uri, rows([5], id_name="key"))  # v6
+    collector = Collector()
+    with pytest.raises(SchemaChangeError) as info:
+        await run_expecting(follow(tmp_path, uri), collector)
+    assert info.value.version == 5
+    assert str(info.value) == (
+        f"{uri}: version 5 renames column 'id' to 'key': a non-additive schema change; the "
+        "stream stops here (set on_schema_change to 'continue' to go on with the new schema)"
+    )
+    assert _rows(collector) == history_changes()
+    v6 = {"key": 5, "part": "x", "s": {"a": 5}, "_change_type": "insert", "_commit_version": 6}
+    followed = Collector()
+    config = follow(tmp_path / "continued", uri, on_schema_change=OnSchemaChange.CONTINUE)
+    await run_until_delivered(config, followed, 6)
+    assert _rows(followed) == [*history_changes(), v6]
+    # A stream started after the rename reads with the new name from its start.
+    later = Collector()
+    await run_until_delivered(
+        replace(follow(tmp_path / "later", uri), start=StartFrom(version=6)), later, 6
+    )
+    assert _rows(later) == [v6]
 
 
 # ---------------------------------------------------------------- protocol

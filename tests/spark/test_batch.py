@@ -226,6 +226,35 @@ def test_change_feed_with_deletion_vectors_and_column_mapping(spark: Any) -> Non
         assert rows(got) == rows(expected)
 
 
+def test_change_feed_across_a_rename_under_column_mapping(spark: Any) -> None:
+    """delta-rs's table that turns column mapping on (v2) and renames ``id`` to ``newid``
+    (v3): one read across the rename is refused as in ``read_changes``, naming it; the
+    ranges on either side read (tests/changes/test_cdf_mapping_turned_on.py)."""
+    uri = str(CORPORA / "delta-rs/crates/test/tests/data/table_with_partitioning_mapping")
+
+    def changes(start: int, end: int | None = None) -> Any:
+        reader = (
+            spark.read.format("deltastream")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", start)
+        )
+        if end is not None:
+            reader = reader.option("endingVersion", end)
+        return reader.load(uri)
+
+    with pytest.raises(Exception) as info:
+        changes(0).collect()
+    assert "SchemaChangeError" in str(info.value)
+    assert "version 3 renames column 'id' to 'newid'" in str(info.value)
+    assert "read versions 0..2 and 3..4 separately" in str(info.value)
+    for start, end in ((0, 2), (3, None)):
+        got = spark_rows(changes(start, end))
+        expected = ds.read_changes(uri, start_version=start, end_version=end).read_all()
+        assert got.column_names == expected.column_names
+        assert got.num_rows == expected.num_rows == 1
+        assert rows(got) == rows(expected)
+
+
 def test_exclude_regex_drops_files(spark: Any, tmp_path: Path) -> None:
     uri = str(TABLES["dv-partitioned-with-checkpoint"])
     everything = spark.read.format("deltastream").load(uri).count()

@@ -19,8 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from cdf_tables import upgraded_without_cdf_feature
+from conftest import CORPORA
 from deltalake import DeltaTable, write_deltalake
 from deltalake.table import TableFeatures
+from mapping_tables import history_changes, ordered, rows, turn_mapping_on
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
 from spark_streams import (
@@ -55,6 +57,27 @@ def test_change_feed_stream_restarts_lose_and_repeat_nothing(spark: Any, tmp_pat
     got = delivered(out)
     assert got.num_rows == expected.num_rows > 0
     assert keys(got) == keys(expected.select(KEY))
+
+
+def test_a_change_feed_stream_across_turning_column_mapping_on(spark: Any, tmp_path: Path) -> None:
+    """End to end (the rules are tested on the reader below): a query started before the
+    table turns ``id`` mode on, run again after it, delivers every change; so does a query
+    started after it, which reads the files written before it (no parquet field ids) by
+    name."""
+    uri, checkpoint, out = str(tmp_path / "t"), tmp_path / "ckpt", tmp_path / "out"
+    write_deltalake(uri, rows([1, 2]), partition_by=["part"], configuration=CDF)
+    write_deltalake(uri, rows([3], "y"), mode="append")
+    options = {"readChangeFeed": "true", "startingVersion": "0", "maxFilesPerTrigger": "1"}
+    run_available_now(spark, uri, checkpoint, out, **options)
+    turn_mapping_on(uri, "id")  # v2
+    write_deltalake(uri, rows([4]), mode="append")
+    DeltaTable(uri).delete("id = 1")  # v4: the history of mapping_tables.history
+    run_available_now(spark, uri, checkpoint, out, **options)
+    later = tmp_path / "later"
+    run_available_now(spark, uri, later / "ckpt", later / "out", **options)
+    for found in (delivered(out), delivered(later / "out")):
+        got = found.drop_columns(["_commit_timestamp"]).to_pylist()
+        assert sorted(got, key=ordered) == history_changes()
 
 
 def test_snapshot_first_then_changes(spark: Any, tmp_path: Path) -> None:
@@ -269,6 +292,73 @@ def test_a_schema_change_stops_the_stream(tmp_path: Path) -> None:
     write_deltalake(uri, wider, mode="append", schema_mode="merge")
     with pytest.raises(ds.SchemaChangeError, match="version 1 changes the table's schema"):
         reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+
+
+RENAMED = CORPORA / "delta-rs/crates/test/tests/data/table_with_partitioning_mapping"
+
+
+def read_rows(reader: StreamReader) -> list[dict[str, Any]]:
+    """Everything the stream has now, ``_commit_timestamp`` left out, in ``ordered`` order."""
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    found = [
+        {k: v for k, v in row.items() if k != "_commit_timestamp"}
+        for p in reader.partitions(start, end)
+        for b in reader.read(p)
+        for row in b.to_pylist()
+    ]
+    return sorted(found, key=lambda r: (r.get("_commit_version", 0), str(r)))
+
+
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_column_mapping_turned_on_under_a_stream_is_no_schema_change(
+    tmp_path: Path, mode: str
+) -> None:
+    """The stream starts before the mapping is turned on (its schema unmapped) and reads
+    on past it; a stream started after reads the older versions unmapped."""
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, rows([1, 2]), partition_by=["part"], configuration=CDF)
+    options = {"path": uri, "readChangeFeed": "true", "startingVersion": "0"}
+    before = StreamReader(SourceOptions.parse(options))
+    write_deltalake(uri, rows([3], "y"), mode="append")
+    turn_mapping_on(uri, mode)  # v2
+    write_deltalake(uri, rows([4]), mode="append")
+    DeltaTable(uri).delete("id = 1")  # v4: the history of mapping_tables.history
+    assert read_rows(before) == history_changes()
+    assert read_rows(StreamReader(SourceOptions.parse(options))) == history_changes()
+
+
+@pytest.mark.parametrize("read_change_feed", ["true", "false"])
+def test_a_stream_across_a_rename_under_column_mapping_is_refused_naming_it(
+    read_change_feed: str,
+) -> None:
+    """The stream reads every version with the schema of its start (v4's here, ``newid``):
+    the rename at v3 would show v1's row under the new name. As Delta on Spark, the stream
+    refuses it where it starts, before any row; from the rename on it reads."""
+    for start in ("0", "1"):
+        reader = StreamReader(
+            SourceOptions.parse(
+                {"path": str(RENAMED), "readChangeFeed": read_change_feed, "startingVersion": start}
+            )
+        )
+        with pytest.raises(ds.SchemaChangeError) as caught:
+            reader.latestOffset(reader.initialOffset(), ReadMaxFiles(1))
+        assert caught.value.version == 3
+        assert str(caught.value) == (
+            f"{RENAMED}: version 3 renames column 'id' to 'newid': the stream reads every "
+            "version with the schema of version 4 (the latest when the query started), which "
+            "cannot show the rows before it; start the query at version 3 or later "
+            "(startingVersion) and read the versions before it separately"
+        )
+    reader = StreamReader(
+        SourceOptions.parse(
+            {"path": str(RENAMED), "readChangeFeed": read_change_feed, "startingVersion": "3"}
+        )
+    )
+    row = {"newid": 2, "description": "Additional data"}
+    if read_change_feed == "true":
+        row |= {"_change_type": "insert", "_commit_version": 4}
+    assert read_rows(reader) == [row]
 
 
 def test_a_vacuumed_data_file_fails_or_is_skipped(tmp_path: Path) -> None:
