@@ -20,12 +20,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import delta_kernel_rust_sharing_wrapper as kernel
 import logbuilder as lb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from kernel_oracle import kernel_snapshot
 
 import deltastream as ds
 from deltastream.cli import run
@@ -158,13 +158,6 @@ def rows(table: pa.Table) -> Counter[str]:
     return Counter(json.dumps(r, sort_keys=True, default=str) for r in table.to_pylist())
 
 
-def kernel_rows(path: Path) -> pa.Table:
-    uri = path.resolve().as_uri() + "/"
-    engine = kernel.PythonInterface(uri)
-    snapshot = kernel.Table(uri).snapshot(engine)
-    return kernel.ScanBuilder(snapshot).build().execute(engine).read_all()
-
-
 def unskipped(path: Path, table: pa.Table, where: str) -> pa.Table:
     """The oracle for ``where``: every row read, then filtered by Arrow."""
     predicate = parse_predicate(where, table_schema(ds.read_snapshot(str(path)).metadata))
@@ -228,7 +221,7 @@ def test_every_listed_widening_reads_filters_and_feeds_changes(
     expected = [_widened(v, to_type) for v in narrow] + list(wide)
     by_id = dict(zip(got["id"].to_pylist(), got["c"].to_pylist(), strict=True))
     assert [by_id[i] for i in [*range(len(narrow)), *range(100, 100 + len(wide))]] == expected
-    assert rows(kernel_rows(path)) == rows(got)
+    assert rows(kernel_snapshot(path)) == rows(got)
     # File skipping exact on both sides of the boundary: the rows of reading every file.
     for where in (f"c > {b}", f"c >= {b}", f"c < {b}", f"c <= {b}", f"c = {b}", f"c <> {b}"):
         filtered = ds.read_rows(str(path), where=where).read_all()
@@ -262,7 +255,7 @@ GOLDEN_TW = GOLDEN / "src/main/resources/golden/type-widening"
 def test_golden_type_widening_table_where_matches_reading_everything() -> None:
     table = GOLDEN_TW.resolve()
     everything = ds.read_rows(str(table)).read_all()
-    assert rows(everything) == rows(kernel_rows(table))
+    assert rows(everything) == rows(kernel_snapshot(table))
     for column in everything.column_names:
         for value in {str(v) for v in everything[column].to_pylist()}:
             literal = f"'{value}'" if column == "date_timestamp_ntz" else value
