@@ -313,3 +313,88 @@ HISTORY_ROWS: dict[int, set[tuple[int, str, int, int]]] = {
     # The updated row keeps id 2, its version null: default 4; the copies keep theirs.
     4: {(10, "a", 0, 0), (12, "c", 2, 4), (21, "a", 4, 0), (20, "b", 3, 2), (30, "a", 6, 2)},
 }
+
+
+class KeylessHistory:
+    """A table without a key (rows repeat whole), with row tracking: what only row ids can
+    mirror. :meth:`first` writes versions 0 to 3, :meth:`second` 4 and 5 (``cdf``: the DML
+    commits carry ``cdc`` files too):
+
+    * v0 inserts ``(1, a)`` twice and ``(2, b)`` (row ids 0, 1, 2); v1 ``(1, a)`` once more (3);
+    * v2 updates row id 1 to ``(1, z)``: a deletion vector on its row, its new version in a
+      new file with its id materialized;
+    * v3 is an ``OPTIMIZE`` into one file, every id and version materialized;
+    * v4 deletes row id 3 copying the others to a new file (copy-on-write);
+    * v5 updates every ``id = 1`` row to ``q``, copying ``(2, b)``.
+    """
+
+    #: The rows at versions 3 and 5: ``(id, value, _row_id, _row_commit_version)``.
+    AT_3 = frozenset({(1, "a", 0, 0), (1, "z", 1, 2), (2, "b", 2, 0), (1, "a", 3, 1)})
+    AT_5 = frozenset({(1, "q", 0, 5), (1, "q", 1, 5), (2, "b", 2, 0)})
+
+    def __init__(self, root: Path, *, cdf: bool) -> None:
+        self.t = RowTrackingTable(root, cdf=cdf)
+        self.cdf = cdf
+
+    def _cdc(self, rows: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+        return [self.t.cdc_file(rows)] if self.cdf else []
+
+    def first(self) -> int:
+        t = self.t
+        f0 = t.data_file([(1, "a"), (1, "a"), (2, "b")])
+        t.create(t.add(f0, 0, 0), t.high_water_mark(2))
+        f1 = t.data_file([(1, "a")])
+        t.commit(t.add(f1, 3, 1), t.high_water_mark(3))
+        dv = t.deletion_vector([1])
+        f2 = t.data_file([(1, "z")], row_ids=[1], commit_versions=[None])
+        t.commit(
+            t.remove(f0, 0, 0),
+            t.add(f0, 0, 0, dv=dv),
+            t.add(f2, 4, 2),
+            t.high_water_mark(4),
+            *self._cdc([(1, "a", "update_preimage"), (1, "z", "update_postimage")]),
+            operation="UPDATE",
+        )
+        self.f3 = t.data_file(
+            [(1, "a"), (2, "b"), (1, "a"), (1, "z")],
+            row_ids=[0, 2, 3, 1],
+            commit_versions=[0, 0, 1, 2],
+        )
+        return t.commit(
+            t.remove(f0, 0, 0, dv=dv, data_change=False),
+            t.remove(f1, 3, 1, data_change=False),
+            t.remove(f2, 4, 2, data_change=False),
+            t.add(self.f3, 5, 3, data_change=False),
+            t.high_water_mark(8),
+            operation="OPTIMIZE",
+        )
+
+    def second(self) -> int:
+        t = self.t
+        f4 = t.data_file(
+            [(1, "a"), (2, "b"), (1, "z")], row_ids=[0, 2, 1], commit_versions=[0, 0, 2]
+        )
+        t.commit(
+            t.remove(self.f3, 5, 3),
+            t.add(f4, 9, 4),
+            t.high_water_mark(11),
+            *self._cdc([(1, "a", "delete")]),
+            operation="DELETE",
+        )
+        f5 = t.data_file(
+            [(1, "q"), (2, "b"), (1, "q")], row_ids=[0, 2, 1], commit_versions=[None, 0, None]
+        )
+        return t.commit(
+            t.remove(f4, 9, 4),
+            t.add(f5, 12, 5),
+            t.high_water_mark(14),
+            *self._cdc(
+                [
+                    (1, "a", "update_preimage"),
+                    (1, "z", "update_preimage"),
+                    (1, "q", "update_postimage"),
+                    (1, "q", "update_postimage"),
+                ]
+            ),
+            operation="UPDATE",
+        )
