@@ -50,9 +50,11 @@ __all__ = ["pair_by_row_id"]
 
 _DELETE, _INSERT = "delete", "insert"
 _PREIMAGE, _POSTIMAGE = "update_preimage", "update_postimage"
+#: The kinds of a row, coded by index ("": copied, no change).
+_KINDS = ("", _DELETE, _PREIMAGE, _POSTIMAGE, _INSERT)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Side:
     """The rows of one side (removed or added) of a version: per read, the positions it
     selects in its file; for all of them together, their row ids and commit versions."""
@@ -60,11 +62,6 @@ class _Side:
     positions: list[npt.NDArray[np.int64]]
     ids: npt.NDArray[np.int64]
     versions: npt.NDArray[np.int64]
-
-    def owners(self) -> npt.NDArray[np.intp]:
-        """For each row, the index of its read."""
-        sizes = [len(p) for p in self.positions]
-        return np.repeat(np.arange(len(sizes)), sizes)
 
 
 async def pair_by_row_id(
@@ -81,28 +78,35 @@ async def pair_by_row_id(
     added = await _side(store, [reads[i] for i in additions], schema)
     _check_unique(store, version, removed, "removes")
     _check_unique(store, version, added, "adds")
-    # For each added row, the removed row with its id (-1: none).
-    match = pc.index_in(pa.array(added.ids), value_set=pa.array(removed.ids))
-    partner = match.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.intp)
+    # For each added row, the removed row with its id (-1: none), by binary search in the
+    # removed ids sorted.
+    order = np.argsort(removed.ids, kind="stable")
+    ranked = removed.ids[order]
+    at = np.minimum(np.searchsorted(ranked, added.ids), max(len(ranked) - 1, 0))
+    found = ranked[at] == added.ids if len(ranked) else np.zeros(len(added.ids), dtype=bool)
+    partner = np.where(found, order[at] if len(ranked) else -1, -1)
     paired = partner >= 0
     same = np.zeros(len(partner), dtype=bool)
     same[paired] = added.versions[paired] == removed.versions[partner[paired]]
-    added_kind = np.where(paired, np.where(same, "", _POSTIMAGE), _INSERT)
-    removed_kind = np.full(len(removed.ids), _DELETE, dtype=object)
-    removed_kind[partner[paired]] = np.where(same[paired], "", _PREIMAGE)
+    # Each row's kind, as an index into _KINDS (0: a copy, no change).
+    added_kind = np.where(
+        paired, np.where(same, 0, _KINDS.index(_POSTIMAGE)), _KINDS.index(_INSERT)
+    )
+    removed_kind = np.full(len(removed.ids), _KINDS.index(_DELETE), dtype=np.int8)
+    removed_kind[partner[paired]] = np.where(same[paired], 0, _KINDS.index(_PREIMAGE))
     split: dict[int, list[FileRead]] = {}
-    for indexes, side, kinds, order in (
+    for indexes, side, kinds, wanted in (
         (removals, removed, removed_kind, (_DELETE, _PREIMAGE)),
         (additions, added, added_kind, (_POSTIMAGE, _INSERT)),
     ):
-        owners = side.owners()
-        for k, index in enumerate(indexes):
-            mine = owners == k
-            positions, kind = np.concatenate(side.positions)[mine], kinds[mine]
+        start = 0  # each read's rows are consecutive in ``kinds``
+        for index, positions in zip(indexes, side.positions, strict=True):
+            kind = kinds[start : start + len(positions)]
+            start += len(positions)
             split[index] = [
-                _only(reads[index], positions[kind == wanted], wanted)
-                for wanted in order
-                if (kind == wanted).any()
+                _only(reads[index], positions[kind == code], change_type)
+                for change_type in wanted
+                if (kind == (code := _KINDS.index(change_type))).any()
             ]
     return [(i, part) for i, read in enumerate(reads) for part in split.get(i, [read])]
 
