@@ -264,6 +264,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="row filter, e.g. \"country = 'NL' AND amount >= 10\" (=, <>, <, <=, "
         ">, >=, IN, IS [NOT] NULL, AND, OR, NOT)",
     )
+    read.add_argument(
+        "--row-ids",
+        action="store_true",
+        help="add each row's _row_id and _row_commit_version (a table with row tracking)",
+    )
     _add_external_paths_arg(read)
     _add_output_arg(read)
 
@@ -292,6 +297,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--allow-empty-range",
         action="store_true",
         help="an empty result instead of an error when the range lies outside the table",
+    )
+    changes.add_argument(
+        "--row-ids",
+        action="store_true",
+        help="add each row's _row_id and _row_commit_version (a table with row tracking); "
+        "every version's changes then come from its add/remove actions, exact by row id",
     )
     _add_external_paths_arg(changes)
     _add_output_arg(changes)
@@ -482,6 +493,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 timestamp=args.timestamp,
                 columns=_columns(args.columns),
                 where=args.where,
+                row_ids=args.row_ids,
                 storage_options=_storage_options(args.storage_option),
                 allow_external_paths=_external_paths(args),
             )
@@ -498,6 +510,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 infer_without_cdf=args.infer_without_cdf,
                 allow_empty_range=args.allow_empty_range,
                 where=args.where,
+                row_ids=args.row_ids,
                 storage_options=_storage_options(args.storage_option),
                 allow_external_paths=_external_paths(args),
             )

@@ -124,6 +124,7 @@ SPARK_SESSION_FILES = (
     "spark/test_stream.py",
     "spark/test_batch.py",
     "spark/test_columns.py",
+    "spark/test_row_id_columns.py",
     "spark/test_docs_examples.py",
     "spark/test_variant_columns.py",
     "spark/test_type_widening.py",

@@ -37,11 +37,14 @@ async def table_changes(
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
     where: str | None = None,
+    row_ids: bool = False,
 ) -> BatchStream:
     """Change rows (with ``_change_type``, ``_commit_version``, ``_commit_timestamp``) of the
     versions from ``start`` to ``end`` inclusive, only those matching ``where`` (e.g.
-    ``"country = 'NL' AND _change_type <> 'update_preimage'"``) if given; see
-    :func:`deltastream.changes.cdf.open_changes`."""
+    ``"country = 'NL' AND _change_type <> 'update_preimage'"``) if given; with ``row_ids``,
+    each row's ``_row_id`` and ``_row_commit_version`` before those (a table with row
+    tracking enabled; every version's changes are then taken from its add/remove actions,
+    exact by row id); see :func:`deltastream.changes.cdf.open_changes`."""
     return await open_changes(
         table.store,
         start_version=start_version,
@@ -52,6 +55,7 @@ async def table_changes(
         infer_without_cdf=infer_without_cdf,
         allow_empty_range=allow_empty_range,
         where=where,
+        row_ids=row_ids,
     )
 
 
@@ -66,6 +70,7 @@ def read_changes(
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
     where: str | None = None,
+    row_ids: bool = False,
     storage_options: Mapping[str, str] | None = None,
     allow_external_paths: ExternalPathsLike = False,
 ) -> pa.RecordBatchReader:
@@ -84,6 +89,7 @@ def read_changes(
             infer_without_cdf=infer_without_cdf,
             allow_empty_range=allow_empty_range,
             where=where,
+            row_ids=row_ids,
         ),
         allow_external_paths,
     )

@@ -15,6 +15,8 @@ incompatible type change inside the range is refused, since the range is read wi
 schema (:attr:`~deltastream.schema.evolution.SchemaChange.splits_reads`). Turning column
 mapping on is no such change: the older files are read by the names they have, which become
 the columns' physical names.
+With row ids, every version of the range must have row tracking enabled
+(:func:`~deltastream.read.row_ids.row_ids_of`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from deltastream.read.batch_stream import BatchStream
 from deltastream.read.confinement import any_refused
 from deltastream.read.pipeline import read_files
 from deltastream.read.reader import FileRead, ReadSchema
+from deltastream.read.row_ids import row_ids_of
 from deltastream.snapshot.loader import (
     chunk_log_files,
     load_table_state,
@@ -69,7 +72,9 @@ class _Range:
     cached: dict[int, LogActions]
 
 
-async def _validate(store: ObjectStore, start: int, end: int, *, infer_without_cdf: bool) -> _Range:
+async def _validate(
+    store: ObjectStore, start: int, end: int, *, infer_without_cdf: bool, row_ids: bool = False
+) -> _Range:
     uri = store.root_uri
     listing = await list_log(store, max(start - FILE_TIME_LOOKBACK, 0))
     commits = listing.contiguous_commits(
@@ -99,6 +104,8 @@ async def _validate(store: ObjectStore, start: int, end: int, *, infer_without_c
                     f"reads them all with one schema); read versions {start}..{f.version - 1} "
                     f"and {f.version}..{end} separately",
                 )
+            if row_ids and (after is None or step.metadata is not after.metadata):
+                row_ids_of(uri, step.metadata, f.version)  # each version's, when it changes
             if step.lacks_change_data:
                 disabled.append(f.version)
             timestamps.append(step.timestamp_ms)
@@ -174,6 +181,7 @@ async def open_changes(
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
     where: str | None = None,
+    row_ids: bool = False,
 ) -> BatchStream:
     """The change rows of versions ``start..end`` (inclusive; default: all of them).
 
@@ -182,6 +190,8 @@ async def open_changes(
     version means the latest. A start after the latest version, or an end before the start,
     is an error, or an empty result with ``allow_empty_range``. ``where``: only the change
     rows matching this predicate (:class:`~deltastream.changes.filters.ChangeFilter`).
+    ``row_ids``: each row's row id and row commit version, every version's changes taken
+    from its actions (:mod:`deltastream.changes.row_changes`).
     """
     plan = await plan_changes(
         store,
@@ -193,6 +203,7 @@ async def open_changes(
         infer_without_cdf=infer_without_cdf,
         allow_empty_range=allow_empty_range,
         where=where,
+        row_ids=row_ids,
     )
     return BatchStream(plan.schema, read_files(store, plan.tasks))
 
@@ -216,6 +227,7 @@ async def plan_changes(
     infer_without_cdf: bool = False,
     allow_empty_range: bool = False,
     where: str | None = None,
+    row_ids: bool = False,
 ) -> ChangePlan:
     """What :func:`open_changes` reads, without reading it: for readers that distribute the
     file reads (Spark). The range is validated here, before anything is returned."""
@@ -225,11 +237,13 @@ async def plan_changes(
     if bounds is None:
         state, _ = await load_table_state(store)
         assert state.protocol is not None and state.metadata is not None
-        empty = ChangeSchemas.build(state.protocol, state.metadata, columns, where)
+        ids = row_ids_of(store.root_uri, state.metadata) if row_ids else None
+        empty = ChangeSchemas.build(state.protocol, state.metadata, columns, where, ids)
         return ChangePlan(empty.output_schema, _nothing())
     start, end, _ = bounds
-    plan = await _validate(store, start, end, infer_without_cdf=infer_without_cdf)
-    schemas = ChangeSchemas.build(plan.protocol, plan.metadata, columns, where)
+    plan = await _validate(store, start, end, infer_without_cdf=infer_without_cdf, row_ids=row_ids)
+    ids = row_ids_of(store.root_uri, plan.metadata, end) if row_ids else None
+    schemas = ChangeSchemas.build(plan.protocol, plan.metadata, columns, where, ids)
     return ChangePlan(schemas.output_schema, _tasks(store, plan, schemas))
 
 

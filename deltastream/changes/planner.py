@@ -11,6 +11,12 @@ AddCDCFile", shared by range reads (:mod:`deltastream.changes.cdf`) and the tail
 
 Every row gets ``_commit_version`` and ``_commit_timestamp`` as constants of its read.
 
+With row ids (:mod:`deltastream.read.row_ids`) every version is read from its ``add`` and
+``remove`` actions, ``cdc`` files or not (a change-data file has no row ids), and its
+whole-file changes are narrowed to its exact ones by row id
+(:mod:`deltastream.changes.row_changes`): the rows a change-data file would hold, with
+their ids.
+
 Order: a version's reads come in the order of its actions (the change data feed's order),
 or, with ``removals_first``, every read of rows the version removes (``delete``,
 ``update_preimage``) before every read of rows it adds (``insert``, ``update_postimage``):
@@ -31,12 +37,14 @@ from pyroaring import BitMap64
 
 from deltastream.changes.columns import CDF_FIELDS, REMOVALS, change_constants
 from deltastream.changes.filters import ChangeFilter, FileFacts
+from deltastream.changes.row_changes import pair_by_row_id
 from deltastream.log.actions import DeletionVectorDescriptor, Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.table_properties import change_data_feed_in_force
 from deltastream.read.confinement import refuse_outside_actions
 from deltastream.read.deletion_vectors import load_deletion_vector
 from deltastream.read.reader import FileRead, ReadSchema
+from deltastream.read.row_ids import RowIds
 from deltastream.read.scan import data_columns
 from deltastream.schema.model import column_mapping_mode, table_schema
 from deltastream.snapshot.loader import load_snapshot
@@ -100,11 +108,13 @@ class ChangeSchemas:
         metadata: Metadata,
         columns: Sequence[str] | None = None,
         where: str | None = None,
+        row_ids: RowIds | None = None,
     ) -> ChangeSchemas:
         """The schemas for ``columns`` (default: every data column) of the table as
         ``metadata`` describes it, producing only the rows ``where`` holds for (see
-        :class:`~deltastream.changes.filters.ChangeFilter`). Unknown column names and
-        predicates that do not parse raise here."""
+        :class:`~deltastream.changes.filters.ChangeFilter`), with ``row_ids`` each row's row
+        id and row commit version (from :func:`~deltastream.read.row_ids.row_ids_of`).
+        Unknown column names and predicates that do not parse raise here."""
         schema = table_schema(metadata)
         selected = tuple(columns) if columns else data_columns(schema)
         schema.select(selected)
@@ -120,6 +130,7 @@ class ChangeSchemas:
             constant_fields=CDF_FIELDS,
             row_filter=change_filter.row_filter if change_filter else None,
             filter_columns=change_filter.data_columns if change_filter else (),
+            row_ids=row_ids,
         )
         # A change-data file carries _change_type itself: the other two are its constants.
         change_type = CDF_FIELDS[0]
@@ -171,7 +182,7 @@ class ChangePlanner:
         docstring)."""
         if not paths_checked:
             refuse_outside_actions(self.store, actions, version)
-        if len(actions.cdc):
+        if len(actions.cdc) and schemas.inferred.row_ids is None:
             rows = cast(list[dict[str, Any]], actions.cdc.to_pylist(maps_as_pydicts="strict"))
             reads = [
                 FileRead(
@@ -190,6 +201,11 @@ class ChangePlanner:
                 return _removals_then_additions(reads, schemas.cdc)
             return [(read, schemas.cdc) for read in reads]
         tasks, facts = await self._inferred(version, actions, timestamp_ms, schemas)
+        if schemas.inferred.row_ids is not None:
+            pairs = await pair_by_row_id(self.store, version, tasks, schemas.inferred)
+            if schemas.filter is not None:
+                facts = [replace(facts[i], change_type=str(t.constants[0])) for i, t in pairs]
+            tasks = [task for _, task in pairs]
         if schemas.filter is not None:
             tasks = _skipped(tasks, facts, schemas.filter)
         if removals_first:  # a stable sort: deletes, then inserts
@@ -360,4 +376,10 @@ def _task(
         exclude=exclude if exclude else None,
         include=include,
         constants=constants,
+        base_row_id=_int(action.get("baseRowId")),
+        default_row_commit_version=_int(action.get("defaultRowCommitVersion")),
     )
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None

@@ -201,6 +201,9 @@ class Sink(AsyncClosable, ABC):
     #: in parts (a mirror: :mod:`~deltastream.daemon.sinks.mirror`). It decides what a
     #: position's offset within a version counts, so it never changes for a stream.
     change_order: ChangeOrder = "log"
+    #: The sink needs each row's ``_row_id`` and ``_row_commit_version`` (a mirror keyed on
+    #: ``_row_id``): the stream reads them whatever its ``row_ids`` option says.
+    row_ids: bool = False
     #: The epoch the sink's commits carry, once :meth:`recover` chose it: a sink that keeps
     #: the stream's epoch in its target (delta, PostgreSQL) takes the stream's
     #: (:attr:`StreamRef.epoch`), or for a new stream one above the target's; 0: the sink

@@ -8,6 +8,8 @@ default, as Delta's own readers do for table properties they cannot interpret.
 :func:`change_data_feed_in_force` is the protocol's rule for whether writers had to record
 change data (``cdc`` files) under a protocol and metadata: the property alone is not enough
 at writer version 7, where it counts only with the ``changeDataFeed`` writer feature.
+Row tracking's properties (:data:`ROW_TRACKING` and the materialized column names) are read
+by :mod:`deltastream.read.row_ids`, which applies the protocol's reader requirements.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ __all__ = [
     "ICT_ENABLED",
     "ICT_ENABLEMENT_TIMESTAMP",
     "ICT_ENABLEMENT_VERSION",
+    "MATERIALIZED_ROW_COMMIT_VERSION",
+    "MATERIALIZED_ROW_ID",
+    "ROW_TRACKING",
     "TableProperties",
     "change_data_feed_in_force",
 ]
@@ -33,6 +38,9 @@ ICT_ENABLED: Final = "delta.enableInCommitTimestamps"
 ICT_ENABLEMENT_VERSION: Final = "delta.inCommitTimestampEnablementVersion"
 ICT_ENABLEMENT_TIMESTAMP: Final = "delta.inCommitTimestampEnablementTimestamp"
 DELETED_FILE_RETENTION: Final = "delta.deletedFileRetentionDuration"
+ROW_TRACKING: Final = "delta.enableRowTracking"
+MATERIALIZED_ROW_ID: Final = "delta.rowTracking.materializedRowIdColumnName"
+MATERIALIZED_ROW_COMMIT_VERSION: Final = "delta.rowTracking.materializedRowCommitVersionColumnName"
 
 _DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
 #: Delta's interval syntax: ``interval 7 days``, ``interval 1 hour`` ...
@@ -79,6 +87,14 @@ class TableProperties:
     #: ``delta.deletedFileRetentionDuration`` in milliseconds (default one week): how long
     #: ``remove`` tombstones are kept.
     deleted_file_retention_ms: int = _DEFAULT_RETENTION_MS
+    #: ``delta.enableRowTracking``: every row has a stable row id and row commit version.
+    enable_row_tracking: bool = False
+    #: ``delta.rowTracking.materializedRowIdColumnName``: the physical column of data files
+    #: holding materialized row ids (not in the table's schema).
+    materialized_row_id_column: str | None = None
+    #: ``delta.rowTracking.materializedRowCommitVersionColumnName``: likewise for row commit
+    #: versions.
+    materialized_row_commit_version_column: str | None = None
 
     @classmethod
     def of(cls, metadata: Metadata | None) -> TableProperties:
@@ -92,6 +108,11 @@ class TableProperties:
             in_commit_timestamp_enablement_timestamp=_int(config.get(ICT_ENABLEMENT_TIMESTAMP)),
             deleted_file_retention_ms=_interval_ms(
                 config.get(DELETED_FILE_RETENTION), _DEFAULT_RETENTION_MS
+            ),
+            enable_row_tracking=_flag(config.get(ROW_TRACKING)),
+            materialized_row_id_column=config.get(MATERIALIZED_ROW_ID) or None,
+            materialized_row_commit_version_column=(
+                config.get(MATERIALIZED_ROW_COMMIT_VERSION) or None
             ),
         )
 

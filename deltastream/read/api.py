@@ -32,11 +32,14 @@ async def table_rows(
     timestamp: TimestampLike | None = None,
     columns: Sequence[str] | None = None,
     where: str | None = None,
+    row_ids: bool = False,
 ) -> BatchStream:
     """The table's rows at a version (default latest), optionally only ``columns`` and only
-    rows matching ``where`` (e.g. ``"country = 'NL' AND amount >= 10"``)."""
+    rows matching ``where`` (e.g. ``"country = 'NL' AND amount >= 10"``); with ``row_ids``,
+    each row's ``_row_id`` and ``_row_commit_version`` after its columns (a table with row
+    tracking enabled)."""
     snapshot = await table.snapshot(version, timestamp=timestamp)
-    return scan_snapshot(table.store, snapshot, columns=columns, where=where)
+    return scan_snapshot(table.store, snapshot, columns=columns, where=where, row_ids=row_ids)
 
 
 def sync_reader(
@@ -67,6 +70,7 @@ def read_rows(
     timestamp: TimestampLike | None = None,
     columns: Sequence[str] | None = None,
     where: str | None = None,
+    row_ids: bool = False,
     storage_options: Mapping[str, str] | None = None,
     allow_external_paths: ExternalPathsLike = False,
 ) -> pa.RecordBatchReader:
@@ -76,7 +80,12 @@ def read_rows(
         uri,
         storage_options,
         lambda table: table_rows(
-            table, version=version, timestamp=timestamp, columns=columns, where=where
+            table,
+            version=version,
+            timestamp=timestamp,
+            columns=columns,
+            where=where,
+            row_ids=row_ids,
         ),
         allow_external_paths,
     )

@@ -20,7 +20,7 @@ A file takes this path when the output is exactly what the reader would produce 
   :func:`~deltastream.schema.widening.readable_as`); a column the file lacks must not be
   found by the reader's case-insensitive match either; no partition or constant column in
   the file;
-* no column mapping by field id, no variant or void columns in the output.
+* no column mapping by field id, no variant or void columns in the output, no row ids.
 
 Anything else, and any file the scan fails on (so that errors are the reader's), is read
 by the reader: :func:`deltastream.read.pipeline` decides file by file.
@@ -153,6 +153,8 @@ class ScanPlan:
         """The plan for files of ``schema``; ``None`` if the reader must read them all."""
         if schema.mode not in (ColumnMappingMode.NONE, ColumnMappingMode.NAME):
             return None
+        if schema.row_ids is not None:
+            return None  # row ids need each row's position in its file
         sources: list[_Source] = []
         partitions: list[_Partition] = []
         fields: list[pa.Field[Any]] = []

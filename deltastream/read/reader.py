@@ -30,6 +30,14 @@ from deltastream.errors import DataFileError, DeletionVectorError, InvalidTableS
 from deltastream.read.constants import repeated
 from deltastream.read.deletion_vectors import kept_rows
 from deltastream.read.partition_values import partition_column
+from deltastream.read.row_ids import (
+    ROW_ID_COLUMNS,
+    ROW_ID_FIELDS,
+    RowIds,
+    missing_row_tracking,
+    stable_commit_versions,
+    stable_row_ids,
+)
 from deltastream.read.variant import MalformedVariantError, read_variant_column
 from deltastream.schema.model import (
     PARQUET_FIELD_ID,
@@ -53,8 +61,9 @@ BATCH_ROWS = 65_536
 @dataclass(frozen=True)
 class ReadSchema:
     """What to produce from each file: ``columns`` (logical, top-level, in output order) of
-    ``table_schema``, then ``file_columns`` (read from the file under exactly these names,
-    e.g. ``_change_type`` of change-data files), then ``constants``.
+    ``table_schema``, then with ``row_ids`` the row-id columns
+    (:mod:`deltastream.read.row_ids`), then ``file_columns`` (read from the file under
+    exactly these names, e.g. ``_change_type`` of change-data files), then ``constants``.
 
     ``row_filter`` (an Arrow expression over logical column names, the file columns and the
     constants) keeps the rows for which it is true; columns it needs that are not in the
@@ -69,10 +78,14 @@ class ReadSchema:
     constant_fields: tuple[pa.Field[Any], ...] = ()
     row_filter: pc.Expression | None = None
     filter_columns: tuple[str, ...] = ()
+    #: Return each row's row id and row commit version (a table with row tracking enabled).
+    row_ids: RowIds | None = None
 
     @functools.cached_property
     def output_schema(self) -> pa.Schema:
         fields = [f for f in self.table_schema.select(self.columns).to_arrow()]
+        if self.row_ids is not None:
+            fields += ROW_ID_FIELDS
         fields += [pa.field(name, t) for name, t in self.file_columns]
         fields += list(self.constant_fields)
         return pa.schema(fields)
@@ -104,6 +117,10 @@ class FileRead:
     #: ``row_filter`` (a predicate decided by the file's partition values and constants):
     #: the filter is not applied to it.
     all_match: bool = False
+    #: The ``baseRowId`` and ``defaultRowCommitVersion`` of the action naming the file (a
+    #: read with row ids needs them).
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
 
 
 class _TypeMismatchError(Exception):
@@ -247,6 +264,10 @@ class _Layout:
     binary_names: frozenset[str]
     #: The parquet leaf columns of the file's columns to decode (what the reader asks for).
     leaves: tuple[int, ...]
+    #: The file's materialized row id and row commit version columns, where a read with row
+    #: ids finds them (a file may omit one whose values are all null).
+    row_id_column: str | None = None
+    commit_version_column: str | None = None
 
     @classmethod
     def build(
@@ -291,10 +312,21 @@ class _Layout:
             names.append(name)
             if _is_binary_like(t):
                 binary.add(name)
+        materialized: list[str | None] = []
+        row_ids = schema.row_ids
+        wanted = (row_ids.row_id_column, row_ids.commit_version_column) if row_ids else ()
+        for hidden in wanted:
+            if hidden is None or hidden not in present:
+                materialized.append(None)
+                continue
+            if present.count(hidden) != 1:
+                raise error(f"unexpected schema: it has more than one {hidden!r} column")
+            materialized.append(hidden)
+            names.append(hidden)
         # Each name read is the only top-level column of that exact name (found so above).
         read = dict.fromkeys(names)
         leaves = tuple(i for i, path in enumerate(leaf_paths) if path[0] in read)
-        return cls(tuple(columns), frozenset(binary), leaves)
+        return cls(tuple(columns), frozenset(binary), leaves, *materialized)
 
 
 class Layouts:
@@ -353,6 +385,10 @@ class FileReader:
             raise self.error(f"not a readable parquet file: {e}") from None
         self.num_rows = self.metadata.num_rows
         self._check_selection()
+        if schema.row_ids is not None and (
+            task.base_row_id is None or task.default_row_commit_version is None
+        ):
+            raise missing_row_tracking(source, task.version)
         self.layout = (layouts or Layouts()).get(schema, self.reader, file_schema, self.error)
         # Columns read as the table's string or binary types may be decoded as dictionaries
         # (never in a file too short for any chunk to qualify: its metadata is not walked).
@@ -436,13 +472,14 @@ class FileReader:
                 selection = _selection(self.task, start, n)
                 if selection is not None and not pc.any(selection).as_py():
                     continue
-                yield from self._convert(raw, n, selection, out_schema, fixed)
+                yield from self._convert(raw, start, n, selection, out_schema, fixed)
         except (pa.ArrowException, OSError) as e:
             raise self.error(f"cannot decode: {e}") from None
 
     def _convert(
         self,
         raw: pa.RecordBatch,
+        start: int,
         n: int,
         selection: pa.BooleanArray | None,
         out_schema: pa.Schema,
@@ -473,6 +510,11 @@ class FileReader:
                     ) from None
                 except MalformedVariantError as e:
                     raise self.error(f"column {f.name!r}: malformed variant: {e}") from None
+        if schema.row_ids is not None:
+            # Before rows are selected: a row's position counts the rows a deletion vector
+            # hides.
+            arrays += self._row_tracking(raw, start, n)
+            names += ROW_ID_COLUMNS
         for name, t in schema.file_columns:
             data = raw.column(name)
             if data.type != t:
@@ -505,7 +547,8 @@ class FileReader:
             table = table.filter(row_filter)
         if table.num_rows == 0:
             return
-        keep = [*schema.columns, *(name for name, _ in schema.file_columns)]
+        keep = [*schema.columns, *(ROW_ID_COLUMNS if schema.row_ids is not None else ())]
+        keep += [name for name, _ in schema.file_columns]
         keep += [c.name for c in schema.constant_fields]
         table = table.select([c for c in keep if c in table.column_names])
         missing = [c.name not in table.column_names for c in schema.constant_fields]
@@ -519,6 +562,28 @@ class FileReader:
         if table.schema != out_schema:
             table = table.cast(out_schema)
         yield from table.to_batches(max_chunksize=BATCH_ROWS)
+
+    def _row_tracking(self, raw: pa.RecordBatch, start: int, n: int) -> list[pa.Array[Any]]:
+        """The row ids and row commit versions of the file's rows ``[start, start + n)``."""
+        task, layout = self.task, self.layout
+        assert task.base_row_id is not None and task.default_row_commit_version is not None
+        ids, versions = (
+            None if name is None else self._materialized(raw, name)
+            for name in (layout.row_id_column, layout.commit_version_column)
+        )
+        return [
+            stable_row_ids(ids, task.base_row_id, start, n),
+            stable_commit_versions(versions, task.default_row_commit_version, n),
+        ]
+
+    def _materialized(self, raw: pa.RecordBatch, name: str) -> pa.Array[Any]:
+        data = raw.column(name)
+        if not pa.types.is_integer(data.type) and not pa.types.is_null(data.type):
+            raise self.error(
+                f"unexpected schema: the materialized row tracking column {name!r} is "
+                f"{data.type}, not a long"
+            )
+        return data
 
 
 class _FileConstants:

@@ -1,5 +1,6 @@
 """Reading a snapshot's rows: the live files, pruned by a predicate, each read with its
-deletion vector, streamed as record batches of the table's logical schema."""
+deletion vector, streamed as record batches of the table's logical schema (with row ids,
+:mod:`deltastream.read.row_ids`, when asked for)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from deltastream.read.predicates import (
     to_arrow_expression,
 )
 from deltastream.read.reader import FileRead, ReadSchema
+from deltastream.read.row_ids import RowIds, row_ids_of
 from deltastream.schema.model import (
     StructType,
     column_mapping_mode,
@@ -31,6 +33,7 @@ from deltastream.snapshot.snapshot import Snapshot
 from deltastream.storage.base import ObjectStore
 
 __all__ = [
+    "FILE_READ_FIELDS",
     "SnapshotScan",
     "data_columns",
     "live_file_reads",
@@ -42,6 +45,15 @@ __all__ = [
 
 #: Live files whose descriptions are turned into Python objects at a time.
 _FILES_PER_CHUNK = 1024
+#: The fields of a live file's ``add`` that its read needs.
+FILE_READ_FIELDS = (
+    "path",
+    "partitionValues",
+    "size",
+    "deletionVector",
+    "baseRowId",
+    "defaultRowCommitVersion",
+)
 
 
 def data_columns(schema: StructType) -> tuple[str, ...]:
@@ -50,11 +62,14 @@ def data_columns(schema: StructType) -> tuple[str, ...]:
 
 
 def snapshot_read_schema(
-    snapshot: Snapshot, columns: Sequence[str] | None = None, predicate: Predicate | None = None
+    snapshot: Snapshot,
+    columns: Sequence[str] | None = None,
+    predicate: Predicate | None = None,
+    row_ids: RowIds | None = None,
 ) -> ReadSchema:
     """How the data files of ``snapshot`` are read into its rows (``columns``: default every
     data column; unknown names fail here, before anything is read)."""
-    return table_read_schema(snapshot.protocol, snapshot.metadata, columns, predicate)
+    return table_read_schema(snapshot.protocol, snapshot.metadata, columns, predicate, row_ids)
 
 
 def table_read_schema(
@@ -62,8 +77,10 @@ def table_read_schema(
     metadata: Metadata,
     columns: Sequence[str] | None = None,
     predicate: Predicate | None = None,
+    row_ids: RowIds | None = None,
 ) -> ReadSchema:
-    """How data files of a table with this ``protocol`` and ``metadata`` are read into rows."""
+    """How data files of a table with this ``protocol`` and ``metadata`` are read into rows
+    (with ``row_ids``: each row's row id and row commit version after its columns)."""
     schema = table_schema(metadata)
     selected = tuple(columns) if columns else data_columns(schema)
     schema.select(selected)
@@ -74,6 +91,7 @@ def table_read_schema(
         mode=column_mapping_mode(protocol, metadata),
         row_filter=to_arrow_expression(predicate) if predicate is not None else None,
         filter_columns=tuple(predicate.columns) if predicate is not None else (),
+        row_ids=row_ids,
     )
 
 
@@ -89,14 +107,20 @@ class SnapshotScan:
 
 
 def plan_snapshot_scan(
-    snapshot: Snapshot, columns: Sequence[str] | None = None, where: str | None = None
+    snapshot: Snapshot,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
+    row_ids: bool = False,
 ) -> SnapshotScan:
     """The scan of ``snapshot``'s rows (``columns``: default every data column; ``where``:
-    only rows matching it). Unknown columns and predicates that do not parse fail here.
-    Every reader of a snapshot's rows plans with this: the Python API and Spark."""
+    only rows matching it; ``row_ids``: with each row's row id and row commit version).
+    Unknown columns, predicates that do not parse and row ids of a table without row
+    tracking fail here. Every reader of a snapshot's rows plans with this: the Python API
+    and Spark."""
     schema = table_schema(snapshot.metadata)
     predicate = parse_predicate(where, schema) if where else None
-    read_schema = snapshot_read_schema(snapshot, columns, predicate)
+    ids = row_ids_of(snapshot.table_uri, snapshot.metadata, snapshot.version) if row_ids else None
+    read_schema = snapshot_read_schema(snapshot, columns, predicate, ids)
     files = snapshot.files
     if predicate is not None and files.num_rows:
         files = files.filter(
@@ -105,7 +129,7 @@ def plan_snapshot_scan(
     if predicate is not None and decided_by_partitions(
         predicate, schema, read_schema.partition_columns
     ):
-        read_schema = snapshot_read_schema(snapshot, columns)
+        read_schema = snapshot_read_schema(snapshot, columns, row_ids=ids)
     return SnapshotScan(read_schema, files)
 
 
@@ -115,9 +139,11 @@ def scan_snapshot(
     *,
     columns: Sequence[str] | None = None,
     where: str | None = None,
+    row_ids: bool = False,
 ) -> BatchStream:
-    """The rows of ``snapshot`` (optionally only ``columns``, only rows matching ``where``)."""
-    scan = plan_snapshot_scan(snapshot, columns, where)
+    """The rows of ``snapshot`` (optionally only ``columns``, only rows matching ``where``,
+    with row ids)."""
+    scan = plan_snapshot_scan(snapshot, columns, where, row_ids)
     read_schema = scan.read_schema
 
     async def tasks() -> AsyncIterator[tuple[FileRead, ReadSchema]]:
@@ -134,7 +160,7 @@ async def live_file_reads(
     order), its deletion vector loaded so that deleted rows are left out; ``constants`` are
     appended to every row (the change data feed's columns, for a snapshot as inserts). The
     files become Python objects a chunk at a time, whatever their number."""
-    wanted = files.select(["path", "partitionValues", "size", "deletionVector"])
+    wanted = files.select(FILE_READ_FIELDS)
     check_live_files(store, version, wanted)
     for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
         for row in chunk.to_pylist(maps_as_pydicts="strict"):
@@ -149,4 +175,6 @@ async def live_file_reads(
                 version=version,
                 exclude=exclude,
                 constants=constants,
+                base_row_id=row["baseRowId"],
+                default_row_commit_version=row["defaultRowCommitVersion"],
             )

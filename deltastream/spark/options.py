@@ -50,6 +50,7 @@ _KNOWN = {
     "minpartitions",
     "where",
     "columns",
+    "rowids",
 }
 
 
@@ -138,6 +139,9 @@ class SourceOptions:
     where: str | None = None
     #: The data columns to read (``columns``, comma-separated; None: all of them).
     columns: tuple[str, ...] | None = None
+    #: Each row's ``_row_id`` and ``_row_commit_version`` (``rowIds``; a table with row
+    #: tracking).
+    row_ids: bool = False
     #: How files are packed into Spark tasks (as Spark's own ``spark.sql.files.*``).
     max_partition_bytes: int = 128 << 20
     open_cost_in_bytes: int = 4 << 20
@@ -200,6 +204,7 @@ class SourceOptions:
             read_change_feed=read_change_feed,
             where=where,
             columns=_columns(lowered.get("columns")),
+            row_ids=_bool("rowIds", lowered.get("rowids"), False),
             starting_version=starting,
             starting_timestamp_ms=start_ts,
             ending_version=end_version,

@@ -120,7 +120,8 @@ def add_partitions(
     external_paths: ExternalPaths = CONFINED,
 ) -> Iterator[FilePartition]:
     """One partition per ``add`` action (dicts with ``path``, ``partitionValues``, ``size``
-    and ``deletionVector``), but those whose path ``exclude`` rejects."""
+    and ``deletionVector``, and ``baseRowId`` and ``defaultRowCommitVersion`` for a read with
+    row ids), but those whose path ``exclude`` rejects."""
     for add in adds:
         if exclude(add["path"]):
             continue
@@ -130,6 +131,8 @@ def add_partitions(
             size=add["size"],
             version=version,
             constants=constants,
+            base_row_id=add.get("baseRowId"),
+            default_row_commit_version=add.get("defaultRowCommitVersion"),
         )
         dv = add.get("deletionVector")
         descriptor = DeletionVectorDescriptor.from_json(dv) if dv is not None else None

@@ -26,7 +26,13 @@ from deltastream.changes.planner import ChangeSchemas
 from deltastream.errors import InvalidArgumentError
 from deltastream.read.live_files import check_live_files
 from deltastream.read.reader import ReadSchema
-from deltastream.read.scan import SnapshotScan, plan_snapshot_scan, table_read_schema
+from deltastream.read.row_ids import row_ids_of
+from deltastream.read.scan import (
+    FILE_READ_FIELDS,
+    SnapshotScan,
+    plan_snapshot_scan,
+    table_read_schema,
+)
 from deltastream.snapshot.loader import load_snapshot, load_table_state, resolve_version_at
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.spark.options import SourceOptions
@@ -92,9 +98,11 @@ async def _read_schema(source: SourceOptions) -> ReadSchema:
             version = await resolve_version_at(store, timestamp_ms)
         state, _ = await load_table_state(store, version)
         assert state.protocol is not None and state.metadata is not None
+        protocol, metadata = state.protocol, state.metadata
+        row_ids = row_ids_of(store.root_uri, metadata, version) if source.row_ids else None
         if source.read_change_feed:
-            return ChangeSchemas.build(state.protocol, state.metadata, source.columns).inferred
-        return table_read_schema(state.protocol, state.metadata, source.columns)
+            return ChangeSchemas.build(protocol, metadata, source.columns, row_ids=row_ids).inferred
+        return table_read_schema(protocol, metadata, source.columns, row_ids=row_ids)
 
 
 async def _load(store: ObjectStore, source: SourceOptions) -> Snapshot:
@@ -121,6 +129,7 @@ async def _plan_changes(store: ObjectStore, source: SourceOptions) -> ChangePlan
         end_timestamp_ms=source.ending_timestamp_ms,
         columns=source.columns,
         where=source.where,
+        row_ids=source.row_ids,
     )
 
 
@@ -143,7 +152,7 @@ async def _partitions(source: SourceOptions) -> list[FilePartition]:
             return partitions
         snapshot = await _load(store, source)
         # Files that cannot hold a row matching the where option are not read at all.
-        scan = plan_snapshot_scan(snapshot, source.columns, source.where)
+        scan = plan_snapshot_scan(snapshot, source.columns, source.where, source.row_ids)
         check_live_files(store, snapshot.version, scan.files)
         return list(_snapshot_partitions(uri, options, snapshot, scan, source))
 
@@ -156,7 +165,7 @@ def _snapshot_partitions(
     source: SourceOptions,
 ) -> Iterator[FilePartition]:
     schema = scan.read_schema
-    wanted = scan.files.select(["path", "partitionValues", "size", "deletionVector"])
+    wanted = scan.files.select(FILE_READ_FIELDS)
     for chunk in wanted.to_batches(max_chunksize=_FILES_PER_CHUNK):
         yield from add_partitions(
             chunk.to_pylist(maps_as_pydicts="strict"),

@@ -70,7 +70,8 @@ from deltastream.read.confinement import refuse_outside_actions
 from deltastream.read.live_files import check_live_files
 from deltastream.read.predicates import parse_predicate
 from deltastream.read.reader import FileRead, ReadSchema
-from deltastream.read.scan import table_read_schema
+from deltastream.read.row_ids import row_ids_of
+from deltastream.read.scan import FILE_READ_FIELDS, table_read_schema
 from deltastream.schema.evolution import SchemaChangeKind, classify_schema_change
 from deltastream.schema.model import ColumnMappingMode, column_mapping_mode, table_schema
 from deltastream.snapshot.features import check_readable
@@ -472,8 +473,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state, segment = await load_table_state(store)
         assert state.protocol is not None and state.metadata is not None
         protocol, metadata = state.protocol, state.metadata
+        row_ids = row_ids_of(store.root_uri, metadata) if self.source.row_ids else None
         changes = (
-            ChangeSchemas.build(protocol, metadata, self.source.columns, self.source.where)
+            ChangeSchemas.build(protocol, metadata, self.source.columns, self.source.where, row_ids)
             if self.source.read_change_feed
             else None
         )
@@ -486,6 +488,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 metadata,
                 self.source.columns,
                 parse_predicate(where, table_schema(metadata)) if where else None,
+                row_ids,
             )
         )
         return _Plan(
@@ -638,7 +641,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         constants: tuple[Any, ...] = ()
         if self._plan.changes is not None:
             constants = change_constants("insert", version, snapshot.timestamp_ms or 0)
-        files = snapshot.files.select(["path", "partitionValues", "size", "deletionVector"])
+        files = snapshot.files.select(FILE_READ_FIELDS)
         files = files.sort_by("path")
         self._snapshot = (version, files, constants)
         return files, constants
@@ -676,6 +679,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return cached
         (actions,) = await read_log_files(store, [commit])
         plan = self._plan
+        if plan.schema.row_ids is not None and actions.metadata is not None:
+            row_ids_of(plan.uri, actions.metadata, version)  # still with row tracking
         if plan.changes is not None:
             # Change rows need what is in force for the version (timestamps, the change
             # data feed); the plain source reads added files, which need only the reader

@@ -123,6 +123,7 @@ from deltastream.errors import (
     TableNotFoundError,
 )
 from deltastream.read.predicates.stats import StatsReader
+from deltastream.read.row_ids import ROW_ID
 from deltastream.snapshot.loader import load_table_state
 from deltastream.snapshot.reconcile import LogState
 from deltastream.storage import open_store, require_extra
@@ -512,6 +513,7 @@ class DeltaSink(Sink):
         self.target = DeltaSpec.parse(spec)
         if self.target.mode == "merge":
             self.change_order = "removals-first"
+            self.row_ids = ROW_ID in self.target.keys
         uri = self.target.uri
         if store_kind(uri) == "file" and "://" not in uri:
             uri = str(Path(uri).expanduser().absolute())

@@ -115,6 +115,7 @@ from deltastream.errors import (
     SinkSchemaError,
     StorageError,
 )
+from deltastream.read.row_ids import ROW_ID
 from deltastream.storage import require_extra
 from deltastream.storage.retry import RetryPolicy, call_with_retries
 
@@ -402,6 +403,7 @@ class PostgresSink(Sink):
         self.spec = PostgresSpec.parse(spec)
         if self.spec.mode == "merge":
             self.change_order = "removals-first"
+            self.row_ids = ROW_ID in self.spec.keys
         require_driver(self.spec.description)
         _check_retry_options(max_attempts, base_delay, max_delay)
         self._policy = RetryPolicy(

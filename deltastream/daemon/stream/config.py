@@ -369,6 +369,16 @@ class TailConfig:
             metavar="EXPR",
         ),
     ] = None
+    #: Each row's row id and row commit version (:mod:`deltastream.read.row_ids`).
+    row_ids: Annotated[
+        Switch,
+        Option(
+            "--row-ids",
+            "add each row's _row_id and _row_commit_version (a table with row tracking; "
+            "implied by a mirror keyed on _row_id)",
+            CliForm.SWITCH,
+        ),
+    ] = False
     poll_interval: Annotated[Seconds, Option("--poll-interval", "seconds between polls")] = 1.0
     #: With a change feed the stream trusts (notifications), listing the log is only a
     #: safety net, this often (:mod:`~deltastream.daemon.stream.watcher`).
@@ -583,6 +593,7 @@ class TailOptions(TypedDict, total=False):
     sink_options: Mapping[str, str] | None
     columns: Sequence[str] | None
     where: str | None
+    row_ids: bool
     poll_interval: float
     safety_poll_interval: float
     notifications: bool

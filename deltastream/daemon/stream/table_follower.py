@@ -35,6 +35,7 @@ from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
 from deltastream.log.paths import LogFile
 from deltastream.read.reader import FileRead, ReadSchema
+from deltastream.read.row_ids import row_ids_of
 from deltastream.schema.evolution import SchemaChangeKind
 from deltastream.snapshot.features import check_readable
 from deltastream.snapshot.incremental import IncrementalState
@@ -73,8 +74,12 @@ class TableFollower:
         *,
         remedy: str = "start a new stream",
         removals_first: bool = False,
+        row_ids: bool = False,
     ) -> None:
         self.config = config
+        #: Rows with their row ids: the stream's option, or its sink's need (a mirror keyed
+        #: on ``_row_id``).
+        self.row_ids = row_ids or config.row_ids
         #: Each version's removals before its additions (a mirror's order, see
         #: :class:`~deltastream.changes.planner.ChangePlanner`).
         self.removals_first = removals_first
@@ -108,7 +113,7 @@ class TableFollower:
         self._rebuild_at = rebuild_at
         check_readable(self._store.root_uri, protocol)
         self.metadata = metadata
-        self.schemas = self._schemas(protocol, metadata)
+        self.schemas = self.schemas_for(protocol, metadata, next_version)
         self._commits.seed(next_version, protocol, metadata)
         self._planner = ChangePlanner(self._store, self._partition_values)
 
@@ -216,10 +221,15 @@ class TableFollower:
                 extra={"stream": name, "version": version},
             )
         self.metadata = step.metadata
-        self.schemas = self._schemas(step.protocol, step.metadata)
+        self.schemas = self.schemas_for(step.protocol, step.metadata, version)
 
-    def _schemas(self, protocol: Protocol, metadata: Metadata) -> ChangeSchemas:
-        schemas = ChangeSchemas.build(protocol, metadata, self.config.columns, self.config.where)
+    def schemas_for(self, protocol: Protocol, metadata: Metadata, version: int) -> ChangeSchemas:
+        """How the stream reads the rows of ``version``, under ``protocol`` and ``metadata``
+        (a table without row tracking there, when the stream wants row ids, is refused)."""
+        row_ids = row_ids_of(self._store.root_uri, metadata, version) if self.row_ids else None
+        schemas = ChangeSchemas.build(
+            protocol, metadata, self.config.columns, self.config.where, row_ids
+        )
         if self.removals_first and schemas.filter is not None:
             named = [c for c in schemas.filter.predicate.columns if c in CDF_COLUMNS]
             if named:

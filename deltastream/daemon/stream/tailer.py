@@ -53,7 +53,6 @@ from dataclasses import replace
 import anyio
 
 from deltastream.changes.columns import change_constants
-from deltastream.changes.planner import ChangeSchemas
 from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import HeldPosition, Position, Sink, StreamRef
 from deltastream.daemon.observability.metrics import TableMetrics
@@ -200,6 +199,7 @@ class Tailer:
                 self.progress,
                 remedy=self._remedy,
                 removals_first=self.sink.change_order == "removals-first",
+                row_ids=self.sink.row_ids,
             )
             try:
                 await self._bounded_start()
@@ -447,9 +447,7 @@ class Tailer:
         assert snapshot is not None and snapshot.version == version
         self._snapshot = None  # the table state holds the files from here on
         timestamp_ms = snapshot.timestamp_ms or 0
-        schemas = ChangeSchemas.build(
-            snapshot.protocol, snapshot.metadata, self.config.columns, self.config.where
-        )
+        schemas = self._follower.schemas_for(snapshot.protocol, snapshot.metadata, version)
         files = snapshot.files.sort_by("path") if snapshot.num_files else snapshot.files
         if schemas.filter is not None and files.num_rows:
             files = files.filter(schemas.filter.may_match_files(files))
