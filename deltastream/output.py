@@ -1,9 +1,11 @@
 """Writing record batches out: JSON lines and parquet files.
 
 JSON values: timestamps and dates in ISO-8601 (UTC timestamps with ``+00:00``), decimals as
-strings (exact), binary as base64, maps as objects (keys as strings), NaN/Infinity as the
-strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (JSON has no such numbers), variants (at any
-depth) as the JSON value they hold (:func:`~deltastream.read.variant.variant_to_json`).
+strings (exact, fixed-point with the column's scale: ``"0.0000000000"`` for a
+``decimal(20,10)`` zero, never exponent notation), binary as base64, maps as objects (keys
+as strings), NaN/Infinity as the strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (JSON has
+no such numbers), variants (at any depth) as the JSON value they hold
+(:func:`~deltastream.read.variant.variant_to_json`).
 A parquet output is written to a temporary file beside the target and renamed into place
 only when complete, so a failed run never leaves a partial file under the target name.
 Output files get the permissions the umask leaves, as any file a program opens for writing
@@ -52,7 +54,9 @@ def json_value(value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
-        return str(value)
+        # Fixed-point, with the digits of the column's scale (the exponent of the Decimal
+        # Arrow gives): str() would give exponent notation, "0E-10" for a decimal(20,10) 0.
+        return format(value, "f")
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, dict):

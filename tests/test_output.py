@@ -1,10 +1,12 @@
 """JSON-lines output (``deltastream.output``, used by ``read``/``changes -o -`` and the
 ``jsonl`` and ``http`` sinks): variants come out as the JSON value they hold, at any depth;
-a struct of the same shape that is not a variant stays two base64 strings. Parquet outputs
-get the permissions the umask leaves, as any file opened for writing."""
+a struct of the same shape that is not a variant stays two base64 strings; decimals are
+fixed-point strings at their column's scale. Parquet outputs get the permissions the umask
+leaves, as any file opened for writing."""
 
 from __future__ import annotations
 
+import decimal
 import io
 import json
 import os
@@ -22,10 +24,11 @@ import pytest
 import variant_tables as vt
 from conftest import CORPORA
 from deltalake import write_deltalake
+from json_decimals import DECIMALS, decimal_table, expected_rows
 
 import deltastream as ds
 from deltastream.cli import run
-from deltastream.output import batch_to_json_lines, create_temp_file
+from deltastream.output import batch_to_json_lines, create_temp_file, json_text_array, json_value
 from deltastream.schema.model import VARIANT_ARROW_TYPE, is_variant_arrow
 
 UNSHREDDED = CORPORA / "delta-kernel-rs/data/unshredded-variant"
@@ -73,6 +76,32 @@ def test_a_null_variant_is_null_and_a_variant_null_is_null_too() -> None:
     for arr in (v, masked):
         (line,) = batch_to_json_lines(pa.record_batch({"v": arr}))
         assert json.loads(line) == {"v": None}
+
+
+def test_decimals_are_fixed_point_strings_at_the_columns_scale() -> None:
+    (batch,) = decimal_table().to_batches()
+    assert [json.loads(line) for line in batch_to_json_lines(batch)] == expected_rows()
+    # Nested (PostgreSQL's jsonb columns): the same texts.
+    nested = batch.to_struct_array()
+    assert [json.loads(t) for t in json_text_array(nested).to_pylist()] == expected_rows()
+    listed = pa.ListArray.from_arrays(pa.array([0, 3], pa.int32()), batch.column("d20_10"))
+    assert [json.loads(t) for t in json_text_array(listed).to_pylist()] == [DECIMALS["d20_10"][2]]
+    # A Decimal in exponent notation, as Python may hold one: its own digits, no exponent.
+    for value, text in (("1E+3", "1000"), ("-1.50E+2", "-150"), ("-2E-12", "-0.000000000002")):
+        assert json_value(decimal.Decimal(value)) == text
+
+
+def test_read_and_changes_write_decimals_as_fixed_point_strings(
+    tmp_path: Path, capsys: Any
+) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, decimal_table(), configuration={"delta.enableChangeDataFeed": "true"})
+    assert run(["read", uri, "-o", "-"]) == 0
+    lines = [json.loads(line) for line in io.StringIO(capsys.readouterr().out)]
+    assert lines == expected_rows()
+    assert run(["changes", uri, "--from", "0", "-o", "-"]) == 0
+    lines = [json.loads(line) for line in io.StringIO(capsys.readouterr().out)]
+    assert [{c: r[c] for c in DECIMALS} for r in lines] == expected_rows()
 
 
 def test_the_read_command_writes_a_corpus_tables_variants_as_json(

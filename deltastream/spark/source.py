@@ -185,7 +185,13 @@ class BatchReader(DataSourceReader):
         self.source = source
 
     def partitions(self) -> Sequence[InputPartition]:
-        return self.source.pack(anyio.run(_partitions, self.source))
+        groups = self.source.pack(anyio.run(_partitions, self.source))
+        # A plan of no file (an empty table, a where that prunes every file, a change range
+        # of metadata only) is one group of no file, which reads no row. Spark would turn an
+        # empty list into one task of a placeholder partition of its own (``None`` in
+        # pyspark 4.0 and 4.1, ``InputPartition(None)`` from 4.2), which is no FileGroup. (A
+        # micro-batch's partitions may be none: Spark runs no task then.)
+        return groups or [FileGroup(())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FileGroup)

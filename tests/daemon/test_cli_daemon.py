@@ -98,6 +98,39 @@ def test_tail_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     )
 
 
+def test_a_start_the_table_has_not_reached_names_its_latest_version(tmp_path: Path) -> None:
+    """``--from`` past the log, in each mode: one line naming the latest version (one rule:
+    following may start at the next commit, a snapshot only at a version the log has)."""
+    uri = str(tmp_path / "t")
+    create_table(uri)
+    for i in range(3):
+        write_deltalake(uri, batch([100 + i]), mode="append")  # versions 1..3
+    refused = {
+        ("follow", "999"): "cannot follow from version 999",
+        ("follow", "5"): "cannot follow from version 5",
+        ("snapshot", "999"): "cannot take the snapshot of version 999",
+        ("snapshot", "4"): "cannot take the snapshot of version 4",
+        ("snapshot-and-follow", "999"): "cannot take the snapshot of version 999",
+    }
+
+    def tail(mode: str, version: str) -> subprocess.Popen[str]:
+        state = tmp_path / f"state-{mode}-{version}"
+        return start(
+            "tail", uri, "--sink", "jsonl:-", "--state", str(state), "--mode", mode,
+            "--from", version, "--available-now",
+        )  # fmt: skip
+
+    for (mode, version), what in refused.items():
+        proc = tail(mode, version)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 2, (mode, version)
+        assert stderr == f"deltastream: error: {uri}: {what}: the latest version is 3\n"
+    # The next commit, version 4, is where a stream that follows may start.
+    proc = tail("follow", "4")
+    stdout, _ = proc.communicate(timeout=60)
+    assert (proc.returncode, stdout) == (0, "")
+
+
 def test_serve_follows_several_tables_and_stops_on_sigint(tmp_path: Path) -> None:
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     create_table(a, rows=3)

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pytest
 from conftest import free_port
 from deltalake import DeltaTable, write_deltalake
+from json_decimals import DECIMALS, decimal_table, expected_rows
 from postgres_server import SECRET_PASSWORD, SECRET_ROLE, PostgresServer
 from tailing import (
     Writer,
@@ -518,6 +519,34 @@ async def test_every_mapped_type_round_trips(postgres: PostgresServer, pg_databa
     for i, (name, _, _, pg, expected) in enumerate(TYPES):
         assert types[name] == pg, name
         assert [row[i] for row in got] == expected, name
+
+
+async def test_decimals_in_jsonb_are_fixed_point_strings(
+    postgres: PostgresServer, pg_database: str
+) -> None:
+    """Nested decimals reach ``jsonb`` as the JSON output writes them (a decimal(20,10) zero
+    is "0.0000000000", tests/json_decimals.py); top-level ones are ``numeric`` at their
+    scale."""
+    (rows,) = decimal_table().to_batches()
+    listed = pa.ListArray.from_arrays(pa.array([0, 1, 2, 3], pa.int32()), rows.column("d20_10"))
+    data = pa.table(
+        {
+            "k": pa.array(range(rows.num_rows), pa.int64()),
+            "nested": rows.to_struct_array(),
+            "listed": listed,
+            **{name: rows.column(name) for name in DECIMALS},
+        }
+    )
+    sink = PostgresSink(postgres.url(pg_database) + "?table=decimals")
+    await sink.recover(StreamRef("s", "/state"), None, {})
+    await sink.deliver(delivery(change_batch(data), Position(0), Position(1)))
+    await sink.aclose()
+    texts = ", ".join(f"{name}::text" for name in DECIMALS)
+    with postgres.connect(pg_database) as c:
+        got = c.execute(f"SELECT nested, listed, {texts} FROM decimals ORDER BY k").fetchall()
+    assert [row[0] for row in got] == expected_rows()
+    assert [row[1] for row in got] == [[text] for text in DECIMALS["d20_10"][2]]
+    assert [dict(zip(DECIMALS, row[2:], strict=True)) for row in got] == expected_rows()
 
 
 def test_timestamps_are_written_as_pyarrow_writes_them() -> None:

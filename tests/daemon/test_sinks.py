@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
 from conftest import free_port
+from json_decimals import decimal_table, expected_rows
 from tailing import create_table
 
 from deltastream.cli import _build_parser, _tail_config, run
@@ -804,6 +805,33 @@ async def test_http_posts_one_json_document_per_delivery(receiver: Receiver) -> 
         "epoch": 7,
         "rows": rows_of(D2),
     }
+
+
+async def test_jsonl_and_http_write_decimals_as_fixed_point_strings(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """A decimal(20,10) zero is "0.0000000000" (tests/json_decimals.py has every case)."""
+    (rows,) = decimal_table().to_batches()
+    decimals = Delivery(
+        table="orders",
+        table_id="id-of-orders",
+        table_uri="/data/orders",
+        start=Position(3),
+        end=Position(4),
+        schema=rows.schema,
+        batches=[rows],
+    )
+    path = tmp_path / "orders.jsonl"
+    async with JsonlSink(path) as jsonl:
+        await jsonl.recover(REF, None, {})
+        await jsonl.deliver(decimals)
+    assert read_jsonl(path) == expected_rows()
+    assert '"d20_10": "0.0000000000"' in path.read_text(encoding="utf-8")
+    async with fast_http(receiver.url) as http:
+        await http.recover(REF, None, {})
+        await http.deliver(decimals)
+    (request,) = receiver.requests
+    assert json.loads(request.body)["rows"] == expected_rows()
 
 
 async def test_http_retries_5xx_and_dropped_connections(

@@ -20,7 +20,13 @@ from hostile_tables import HOSTILE, hostile_table
 
 import deltastream as ds
 from deltastream.read.reader import FileRead
-from deltastream.spark import DeltaStreamDataSource, FilePartition, SourceOptions, pack
+from deltastream.spark import (
+    DeltaStreamDataSource,
+    FileGroup,
+    FilePartition,
+    SourceOptions,
+    pack,
+)
 from deltastream.spark.source import BatchReader
 
 KERNEL = CORPORA / "delta-kernel-rs"
@@ -253,6 +259,41 @@ def test_change_feed_across_a_rename_under_column_mapping(spark: Any) -> None:
         assert got.column_names == expected.column_names
         assert got.num_rows == expected.num_rows == 1
         assert rows(got) == rows(expected)
+
+
+def test_reads_that_plan_no_file_give_no_row_and_the_schema(spark: Any, tmp_path: Path) -> None:
+    """An empty table, a where that prunes every file, an empty table's change feed and a
+    change range of metadata only: each plan is one group of no file (Spark would run an
+    empty list of partitions as one task of a placeholder partition of its own)."""
+    empty, table = str(tmp_path / "empty"), str(tmp_path / "t")
+    columns = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    cdf = {"delta.enableChangeDataFeed": "true"}
+    write_deltalake(empty, columns.empty_table(), configuration=cdf)
+    write_deltalake(table, pa.table({"id": [1, 2], "v": ["a", "b"]}, columns), configuration=cdf)
+    # Version 1: a table property, no file.
+    DeltaTable(table).alter.set_table_properties({"delta.logRetentionDuration": "interval 60 days"})
+    changes = (
+        columns.append(pa.field("_change_type", pa.string()))
+        .append(pa.field("_commit_version", pa.int64()))
+        .append(pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")))
+    )
+    feed = {"readChangeFeed": "true", "startingVersion": "0"}
+    reads = {
+        "an empty table": ({"path": empty}, columns),
+        "a where that prunes every file": ({"path": table, "where": "id > 100"}, columns),
+        "an empty table's change feed": ({"path": empty, **feed}, changes),
+        "a change range of metadata only": (
+            {"path": table, **feed, "startingVersion": "1", "endingVersion": "1"},
+            changes,
+        ),
+    }
+    for name, (options, schema) in reads.items():
+        assert BatchReader(SourceOptions.parse(options)).partitions() == [FileGroup(())], name
+        df = spark.read.format("deltastream").options(**options).load()
+        assert df.count() == 0, name
+        got = df.toArrow()
+        assert got.num_rows == 0, name
+        assert got.schema == schema, name
 
 
 def test_exclude_regex_drops_files(spark: Any, tmp_path: Path) -> None:

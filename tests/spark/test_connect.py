@@ -149,6 +149,25 @@ def test_batch_reads_through_connect(connect: Any, table: str) -> None:
     assert kinds == {"insert": 20, "update_preimage": 5, "update_postimage": 5}
 
 
+def test_reads_that_plan_no_file_through_connect(connect: Any, table: str, tmp_path: Path) -> None:
+    """An empty table, a where that prunes every file and an empty table's change feed: no
+    row, and the read's columns (the server's Spark would otherwise run the empty plan as
+    one task of a placeholder partition)."""
+    empty = str(tmp_path / "empty")
+    write_deltalake(empty, batch([0], "v").schema.empty_table(), configuration=CDF)
+    changes = ["id", "v", "_change_type", "_commit_version", "_commit_timestamp"]
+    reads = [
+        ({"path": empty}, ["id", "v"]),
+        ({"path": table, "where": "id > 100"}, ["id", "v"]),
+        ({"path": empty, "readChangeFeed": "true", "startingVersion": "0"}, changes),
+    ]
+    for options, columns in reads:
+        df = connect.read.format("deltastream").options(**options).load()
+        assert df.count() == 0, options
+        got = df.toArrow()
+        assert (got.num_rows, got.column_names) == (0, columns), options
+
+
 def test_errors_reach_the_connect_client(connect: Any, table: str) -> None:
     with pytest.raises(Exception, match="nope"):
         connect.read.format("deltastream").option("columns", "id,nope").load(table).count()

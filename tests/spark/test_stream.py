@@ -124,6 +124,50 @@ def write_with_update(uri: str) -> None:
     write_deltalake(uri, batch([8]), mode="append")  # 5
 
 
+NO_FILE_STREAMS = {
+    "table": {},
+    "change_feed": {"readChangeFeed": "true"},
+    "change_feed_where": {"readChangeFeed": "true", "where": "id > 100"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(NO_FILE_STREAMS))
+def test_micro_batches_that_plan_no_file_deliver_nothing_and_the_stream_goes_on(
+    spark: Any, tmp_path: Path, name: str
+) -> None:
+    """A micro-batch whose range plans no file (a version of metadata only, one of
+    ``dataChange=false`` actions only, files that a where prunes) has no partition: it
+    delivers no row, and the stream reads the next commit."""
+    options = {"startingVersion": "0", **NO_FILE_STREAMS[name]}
+    pruned = "where" in options
+    uri, checkpoint, out = str(tmp_path / "t"), tmp_path / "ckpt", tmp_path / "out"
+
+    def micro_batches() -> list[int]:
+        """The rows of each micro-batch of one run of the query."""
+        progress = run_available_now(spark, uri, checkpoint, out, **options)
+        return [p["numInputRows"] for p in progress]
+
+    write_deltalake(uri, batch(range(3)), configuration=CDF)  # version 0
+    write_deltalake(uri, batch([3]), mode="append")  # version 1
+    assert micro_batches() == [0 if pruned else 4]
+    # Version 2: a table property only.
+    DeltaTable(uri).alter.set_table_properties({"delta.logRetentionDuration": "interval 60 days"})
+    assert micro_batches() == [0]
+    DeltaTable(uri).optimize.compact()  # version 3: its two files as one, dataChange=false
+    assert micro_batches() == [0]
+    # What those micro-batches planned: versions 2 and 3 (with the where, 0 to 3).
+    first = "0" if pruned else "2"
+    reader = StreamReader(SourceOptions.parse({"path": uri, **options, "startingVersion": first}))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert (end["version"], end["index"]) == (4, 0)
+    assert reader.partitions(start, end) == []
+    write_deltalake(uri, batch([4]), mode="append")  # version 4
+    assert micro_batches() == [0 if pruned else 1]
+    if not pruned:
+        assert sorted(delivered(out).column("id").to_pylist()) == [0, 1, 2, 3, 4]
+
+
 def test_plain_source_fails_on_a_rewrite_by_default(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     write_with_update(uri)

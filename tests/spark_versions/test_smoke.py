@@ -3,7 +3,8 @@
 its own, and the main suite runs under the newest (the full Spark suite, tests/spark/, runs
 there only). Each case is compared with deltalake: batch rows, a batch change range, a
 ``Trigger.AvailableNow`` change-feed stream with ``maxFilesPerTrigger=1`` restarted from
-its checkpoint, and a ``processingTime`` stream picking up a new commit.
+its checkpoint, a ``processingTime`` stream picking up a new commit, and reads that plan no
+file.
 
 Before pyspark 4.2 Spark gives a Python source no read limits and runs AvailableNow on it
 as one micro-batch (deltastream/spark/compat.py): the reader keeps the limit itself from
@@ -87,6 +88,36 @@ def test_batch_change_range(spark: Any, table: Path) -> None:
     expected = load_cdf(str(table), 1, 3)
     assert got.num_rows == expected.num_rows > 0
     assert keys(got) == keys(expected.select(KEY))
+
+
+def test_reads_that_plan_no_file(spark: Any, own_table: str, tmp_path: Path) -> None:
+    """An empty table, a where that prunes every file, a change range of metadata only and
+    a micro-batch of it: no row, the read's columns, and the stream reads on. (Spark runs a
+    batch plan of no partition as one task of a placeholder: ``None`` in pyspark 4.0 and
+    4.1, ``InputPartition(None)`` from 4.2; a micro-batch's as no task.)"""
+    uri = own_table
+    DeltaTable(uri).alter.set_table_properties({"delta.logRetentionDuration": "interval 60 days"})
+    empty = str(tmp_path / "empty")
+    write_deltalake(empty, batch([0]).schema.empty_table(), configuration=CDF)
+    changes = ["id", "v", "_change_type", "_commit_version", "_commit_timestamp"]
+    metadata_only = {"readChangeFeed": "true", "startingVersion": "5", "endingVersion": "5"}
+    reads = [
+        ({"path": empty}, ["id", "v"]),
+        ({"path": uri, "where": "id < 0"}, ["id", "v"]),
+        ({"path": uri, **metadata_only}, changes),
+    ]
+    for options, columns in reads:
+        got = spark.read.format("deltastream").options(**options).load().toArrow()
+        assert (got.num_rows, got.column_names) == (0, columns), options
+    checkpoint, out = tmp_path / "ckpt", tmp_path / "out"
+    stream = {"readChangeFeed": "true", "startingVersion": "5"}
+    progress = run_available_now(spark, uri, checkpoint, out, **stream)
+    assert [p["numInputRows"] for p in progress] == [0]  # version 5: metadata only
+    commit(uri, 6)  # a delete
+    assert with_rows(run_available_now(spark, uri, checkpoint, out, **stream)) == [
+        load_cdf(uri, 6).num_rows
+    ]
+    assert keys(delivered(out)) == keys(load_cdf(uri, 6).select(KEY))
 
 
 def test_available_now_change_feed_restarted_from_its_checkpoint(

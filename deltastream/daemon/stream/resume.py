@@ -68,13 +68,10 @@ async def initial_position(store: ObjectStore, config: TailConfig) -> Position:
     start = config.start
     segment, _ = await load_segment(store)
     latest = segment.version
+    if start.version is not None:
+        _check_start_version(config, start.version, latest)
     if config.mode is Mode.FOLLOW:
         if start.version is not None:
-            if start.version > latest + 1:
-                raise InvalidArgumentError(
-                    f"{config.uri}: cannot follow from version {start.version}: the latest "
-                    f"version is {latest}"
-                )
             return Position(start.version)
         if start.timestamp_ms is not None:
             try:
@@ -92,6 +89,18 @@ async def initial_position(store: ObjectStore, config: TailConfig) -> Position:
         version = await resolve_version_at(store, start.timestamp_ms)
         return Position(version, snapshot=True)
     return Position(latest, snapshot=True)
+
+
+def _check_start_version(config: TailConfig, version: int, latest: int) -> None:
+    """A start version the table has not reached is refused, naming its latest version:
+    following may start at the next commit (``latest + 1``), a snapshot only at a version
+    the log has."""
+    follow = config.mode is Mode.FOLLOW
+    if version > (latest + 1 if follow else latest):
+        what = "follow from" if follow else "take the snapshot of"
+        raise InvalidArgumentError(
+            f"{config.uri}: cannot {what} version {version}: the latest version is {latest}"
+        )
 
 
 async def load_state(
