@@ -13,7 +13,7 @@
         .load("s3://lake/events")
     )
 
-Needs pyspark >= 4.2: the ``spark`` extra, e.g. ``pip install -e '.[spark]'`` from a checkout
+Needs pyspark >= 4.0: the ``spark`` extra, e.g. ``pip install -e '.[spark]'`` from a checkout
 (README.md, "Installing").
 """
 

@@ -3,8 +3,8 @@
 its own, and the main suite runs under the newest (the full Spark suite, tests/spark/, runs
 there only). Each case is compared with deltalake: batch rows, a batch change range, a
 ``Trigger.AvailableNow`` change-feed stream with ``maxFilesPerTrigger=1`` restarted from
-its checkpoint, a ``processingTime`` stream picking up a new commit, and reads that plan no
-file.
+its checkpoint, a ``processingTime`` stream picking up a new commit, reads that plan no
+file, and the table features of issue 37 (type widening, column mapping turned on, row ids).
 
 Before pyspark 4.2 Spark gives a Python source no read limits and runs AvailableNow on it
 as one micro-batch (deltastream/spark/compat.py): the reader keeps the limit itself from
@@ -23,7 +23,9 @@ from typing import Any
 import pyarrow as pa
 import pyspark
 import pytest
+from conftest import CORPORA
 from deltalake import DeltaTable, write_deltalake
+from row_tracking_tables import HISTORY_ROWS, history
 from spark_streams import CDF, KEY, batch, commit, delivered, keys, run_available_now, start_stream
 
 from deltastream.spark.compat import ADMISSION_CONTROL
@@ -118,6 +120,27 @@ def test_reads_that_plan_no_file(spark: Any, own_table: str, tmp_path: Path) -> 
         load_cdf(uri, 6).num_rows
     ]
     assert keys(delivered(out)) == keys(load_cdf(uri, 6).select(KEY))
+
+
+def test_table_features_spark_writes(spark: Any, tmp_path: Path) -> None:
+    """Issue 37's features through this pyspark: a where on a column widened from float
+    keeps the file whose statistic is the float's shortest text; a change range across
+    column mapping turned on reads, and one across a rename after it is refused; row ids."""
+    golden = CORPORA / "delta/connectors/golden-tables/src/main/resources/golden/type-widening"
+    widened = spark.read.format("deltastream").option("where", "float_double > 3.4")
+    assert widened.load(str(golden)).toArrow()["float_double"].to_pylist() == [3.4000000953674316]
+    mapped = str(CORPORA / "delta-rs/crates/test/tests/data/table_with_partitioning_mapping")
+
+    def feed(**options: str) -> Any:  # a reader's options stay set: a new one each time
+        reader = spark.read.format("deltastream").option("readChangeFeed", "true")
+        return reader.options(**options).load(mapped)
+
+    assert feed(startingVersion="0", endingVersion="2").count() == 1
+    with pytest.raises(Exception, match="version 3 renames column 'id' to 'newid'"):
+        feed(startingVersion="0").collect()
+    t = history(tmp_path / "rows", cdf=True)
+    ids = spark.read.format("deltastream").option("rowIds", "true").option("versionAsOf", "2")
+    assert {tuple(r) for r in ids.load(t.uri).collect()} == HISTORY_ROWS[2]
 
 
 def test_available_now_change_feed_restarted_from_its_checkpoint(
