@@ -95,6 +95,9 @@ class TableFollower:
         self.schemas: ChangeSchemas
         self._planner = ChangePlanner(store, self._partition_values)
         self._rebuild_at: int | None = None
+        #: A new stream's first version: its schema change changes nothing the stream
+        #: delivered (no row of the schema before it), so no policy applies to it.
+        self._first_read: int | None = None
 
     def start_at(
         self,
@@ -104,13 +107,16 @@ class TableFollower:
         metadata: Metadata,
         *,
         rebuild_at: int | None = None,
+        new: bool = False,
     ) -> None:
         """Follow from ``next_version`` with ``table`` (the state before it, if indexed) and
         the protocol and metadata in force for it. ``rebuild_at``: the table state before
         ``next_version`` is gone (log retention): it is loaded from the checkpoint of that
-        version when the stream reaches it."""
+        version when the stream reaches it. ``new``: a new stream, which has delivered no
+        row before ``next_version``."""
         self.table = table
         self._rebuild_at = rebuild_at
+        self._first_read = next_version if new else None
         check_readable(self._store.root_uri, protocol)
         self.metadata = metadata
         self.schemas = self.schemas_for(protocol, metadata, next_version)
@@ -197,7 +203,9 @@ class TableFollower:
                 f"version {version} gives the table another id",
                 self.remedy,
             )
-        if change.kind is SchemaChangeKind.NON_ADDITIVE:
+        if version == self._first_read:
+            pass  # nothing of the schema before it was delivered: the stream starts here
+        elif change.kind is SchemaChangeKind.NON_ADDITIVE:
             if self.config.on_schema_change is OnSchemaChange.STOP:
                 raise SchemaChangeError(
                     self._store.root_uri,

@@ -329,7 +329,7 @@ class Tailer:
                 )
         saved = committed.snapshot_version if committed else None
         resumed = await load_state(self._store, cfg, self._states, position, saved)
-        self._begin(resumed)
+        self._begin(resumed, new=committed is None and held is None)
         if committed is None and held is None:
             # A new stream follows the table it found; the mark its listings look for is
             # that of the version it starts after.
@@ -425,14 +425,16 @@ class Tailer:
             },
         )
 
-    def _begin(self, resumed: Resumed) -> None:
-        """Follow from what :mod:`~deltastream.daemon.stream.resume` found."""
+    def _begin(self, resumed: Resumed, new: bool = False) -> None:
+        """Follow from what :mod:`~deltastream.daemon.stream.resume` found (``new``: for a
+        new stream, which has delivered nothing before it)."""
         self._follower.start_at(
             resumed.table,
             resumed.next_version,
             resumed.protocol,
             resumed.metadata,
             rebuild_at=resumed.rebuild_at,
+            new=new,
         )
         self._snapshot = resumed.snapshot
 
