@@ -11,9 +11,7 @@ states: tests work out the expected row ids from those by the protocol's rule, b
 from __future__ import annotations
 
 import json
-import struct
 import uuid
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyroaring import BitMap64
-
-from deltastream.read.deletion_vectors import MAGIC_PORTABLE, encode_z85
+from variant_tables import dv_file
 
 ROW_ID_COLUMN = "_row-id-col-3f1c"
 COMMIT_VERSION_COLUMN = "_row-commit-version-col-9a2e"
@@ -158,17 +154,7 @@ class RowTrackingTable:
 
     def deletion_vector(self, rows: Sequence[int]) -> dict[str, Any]:
         """A deletion vector file marking ``rows``, and its descriptor."""
-        data = struct.pack("<I", MAGIC_PORTABLE) + BitMap64(rows).serialize()
-        dv_id = uuid.uuid4()
-        frame = struct.pack(">I", len(data)) + data + struct.pack(">I", zlib.crc32(data))
-        (self.root / f"deletion_vector_{dv_id}.bin").write_bytes(b"\x01" + frame)
-        return {
-            "storageType": "u",
-            "pathOrInlineDv": encode_z85(dv_id.bytes),
-            "offset": 1,
-            "sizeInBytes": len(data),
-            "cardinality": len(rows),
-        }
+        return dv_file(self.root, list(rows))
 
     def add(
         self,
@@ -187,13 +173,7 @@ class RowTrackingTable:
             "dataChange": data_change,
             "stats": json.dumps({"numRecords": f.num_rows}),
         }
-        if dv is not None:
-            body["deletionVector"] = dv
-        if base_row_id is not None:
-            body["baseRowId"] = base_row_id
-        if default_version is not None:
-            body["defaultRowCommitVersion"] = default_version
-        return {"add": body}
+        return {"add": _tracked(body, dv, base_row_id, default_version)}
 
     def remove(
         self,
@@ -212,13 +192,7 @@ class RowTrackingTable:
             "partitionValues": {},
             "size": f.size,
         }
-        if dv is not None:
-            body["deletionVector"] = dv
-        if base_row_id is not None:
-            body["baseRowId"] = base_row_id
-        if default_version is not None:
-            body["defaultRowCommitVersion"] = default_version
-        return {"remove": body}
+        return {"remove": _tracked(body, dv, base_row_id, default_version)}
 
     @staticmethod
     def high_water_mark(mark: int) -> dict[str, Any]:
@@ -229,6 +203,22 @@ class RowTrackingTable:
                 "removed": False,
             }
         }
+
+
+def _tracked(
+    body: dict[str, Any],
+    dv: dict[str, Any] | None,
+    base_row_id: int | None,
+    default_version: int | None,
+) -> dict[str, Any]:
+    """An add or remove action's body with its deletion vector and row tracking fields."""
+    if dv is not None:
+        body["deletionVector"] = dv
+    if base_row_id is not None:
+        body["baseRowId"] = base_row_id
+    if default_version is not None:
+        body["defaultRowCommitVersion"] = default_version
+    return body
 
 
 def history(root: Path, *, cdf: bool = False) -> RowTrackingTable:

@@ -103,6 +103,17 @@ def missing_row_tracking(path: str, version: int | None) -> InvalidTableStateErr
     )
 
 
+def _materialized_or(materialized: pa.Array[Any] | None, default: pa.Array[Any]) -> pa.Array[Any]:
+    """``materialized`` (a file's materialized column for some rows, or ``None`` without
+    the column) where not null, else ``default`` (the protocol's rule for both columns)."""
+    if materialized is None or materialized.null_count == len(default):
+        return default
+    materialized = materialized.cast(pa.int64())
+    if materialized.null_count == 0:
+        return materialized
+    return pc.coalesce(materialized, default)
+
+
 def stable_row_ids(
     materialized: pa.Array[Any] | None, base_row_id: int, start: int, n: int
 ) -> pa.Array[Any]:
@@ -111,12 +122,7 @@ def stable_row_ids(
     else ``base_row_id`` plus the row's position."""
     first = base_row_id + start
     fresh: pa.Array[Any] = pa.array(np.arange(first, first + n, dtype=np.int64))
-    if materialized is None or materialized.null_count == n:
-        return fresh
-    materialized = materialized.cast(pa.int64())
-    if materialized.null_count == 0:
-        return materialized
-    return pc.coalesce(materialized, fresh)
+    return _materialized_or(materialized, fresh)
 
 
 def stable_commit_versions(
@@ -124,10 +130,4 @@ def stable_commit_versions(
 ) -> pa.Array[Any]:
     """The row commit versions of ``n`` rows of a file: ``materialized`` where not null,
     else the action's ``default_row_commit_version``."""
-    default = repeated(default_row_commit_version, pa.int64(), n)
-    if materialized is None or materialized.null_count == n:
-        return default
-    materialized = materialized.cast(pa.int64())
-    if materialized.null_count == 0:
-        return materialized
-    return pc.coalesce(materialized, default)
+    return _materialized_or(materialized, repeated(default_row_commit_version, pa.int64(), n))

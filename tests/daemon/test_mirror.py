@@ -25,7 +25,7 @@ import pytest
 from crashpoint_child import Job, run_job
 from deltalake import DeltaTable, write_deltalake
 from mirror_histories import COLUMNS, SCHEMA, WHERE, History, source_rows
-from postgres_server import PostgresServer
+from mirror_targets import Mirror
 from tailing import deliver_through, small_deliveries
 
 from deltastream.daemon.crashpoints import CRASH_EXIT_STATUS
@@ -172,41 +172,10 @@ async def test_each_versions_removals_come_before_its_additions(tmp_path: Path) 
 # ------------------------------------------------------------------------- the sinks
 
 
-class Mirror:
-    """A mirror target of one kind: its sink spec and its rows."""
-
-    def __init__(self, kind: str, tmp_path: Path, postgres: PostgresServer | None) -> None:
-        self.kind = kind
-        if kind == "delta":
-            self.uri = str(tmp_path / "mirror")
-            self.spec = f"delta:{self.uri}?mode=merge&key=id"
-        else:
-            assert postgres is not None
-            self.postgres = postgres
-            self.db = postgres.create_database()
-            self.spec = f"{postgres.url(self.db)}?table=mirror&mode=merge&key=id"
-
-    def empty(self) -> None:
-        """Remove every row, as a user might (no deltastream involved)."""
-        if self.kind == "delta":
-            DeltaTable(self.uri).delete()
-            return
-        with self.postgres.connect(self.db) as conn:
-            conn.execute("TRUNCATE mirror")
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        if self.kind == "delta":
-            table = DeltaTable(self.uri).to_pyarrow_table(columns=list(COLUMNS))
-            return sorted(tuple(r[c] for c in COLUMNS) for r in table.to_pylist())
-        with self.postgres.connect(self.db) as conn:
-            query = f"SELECT {', '.join(COLUMNS)} FROM mirror"
-            return sorted(tuple(r) for r in conn.execute(query).fetchall())
-
-
 @pytest.fixture(params=["delta", "postgresql"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Mirror:
     postgres = request.getfixturevalue("postgres") if request.param == "postgresql" else None
-    return Mirror(request.param, tmp_path, postgres)
+    return Mirror(request.param, tmp_path, postgres, COLUMNS)
 
 
 #: Every delivery size the issue names, with and without a ``where``, each on a seed of its
@@ -354,7 +323,7 @@ async def test_a_target_emptied_outside_deltastream_is_refused(
     # The source deleting every row: the mirror is empty, and that is no reason to refuse.
     other = tmp_path / "other"
     other.mkdir()
-    again = Mirror(target.kind, other, getattr(target, "postgres", None))
+    again = Mirror(target.kind, other, getattr(target, "postgres", None), COLUMNS)
     cfg = small_deliveries(uri, other / "state", max_rows_per_delivery=None)
     await follow(cfg, again.spec, 0)
     DeltaTable(uri).delete()  # version 1

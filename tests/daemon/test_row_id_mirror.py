@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
-from postgres_server import PostgresServer
+from mirror_targets import Mirror
 from row_tracking_tables import KeylessHistory
 from tailing import deliver_through, small_deliveries
 
@@ -32,36 +31,15 @@ def source_rows(uri: str, version: int) -> list[tuple[Any, ...]]:
     )
 
 
-class Target:
-    def __init__(self, kind: str, tmp_path: Path, postgres: PostgresServer | None) -> None:
-        self.kind = kind
-        if kind == "delta":
-            self.uri = str(tmp_path / "mirror")
-            self.spec = f"delta:{self.uri}?mode=merge&key=_row_id"
-        else:
-            assert postgres is not None
-            self.postgres = postgres
-            self.db = postgres.create_database()
-            self.spec = f"{postgres.url(self.db)}?table=mirror&mode=merge&key=_row_id"
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        if self.kind == "delta":
-            table = DeltaTable(self.uri).to_pyarrow_table(columns=list(COLUMNS))
-            return sorted(tuple(r[c] for c in COLUMNS) for r in table.to_pylist())
-        with self.postgres.connect(self.db) as conn:
-            query = f"SELECT {', '.join(COLUMNS)} FROM mirror"
-            return sorted(tuple(r) for r in conn.execute(query).fetchall())
-
-
 @pytest.fixture(params=["delta", "postgresql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Mirror:
     postgres = request.getfixturevalue("postgres") if request.param == "postgresql" else None
-    return Target(request.param, tmp_path, postgres)
+    return Mirror(request.param, tmp_path, postgres, COLUMNS, key="_row_id")
 
 
 @pytest.mark.parametrize("cdf", [True, False], ids=["cdc-files", "no-change-data"])
 async def test_a_keyless_table_mirrored_by_row_id(
-    tmp_path: Path, target: Target, cdf: bool
+    tmp_path: Path, target: Mirror, cdf: bool
 ) -> None:
     """With cdc files the stream starts from the snapshot of version 1; without change data
     it follows from version 0, inferring each version's changes (exact, by row id)."""
