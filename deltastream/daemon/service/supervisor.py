@@ -577,12 +577,31 @@ class Service:
             status = "degraded"
         else:
             status = "ok"
+        tables = [m.to_json() for m in self.metrics.values()]
+        held, group = self._held_shards(), self.config.group
+        if held is not None and group is not None:
+            # A stream still stopping under a lease that lapsed (a replica thawed after a
+            # SIGSTOP) is not this replica's any more: it can commit nothing (its epoch moved
+            # on), and another replica may run it already.
+            for table in tables:
+                shard = shard_of(str(table["name"]), group.shards)
+                table["owned"] = bool(table["owned"]) and shard in held
         return status == "ok", {
             "status": status,
             "stuck": stuck,
             "degraded": degraded,
-            "tables": [m.to_json() for m in self.metrics.values()],
+            "tables": tables,
         }
+
+    def _held_shards(self) -> set[int] | None:
+        """The shards this replica holds a valid lease on now (``None``: no group). The
+        lease is checked first: a process that was frozen past it learns so here, even
+        before its watchdog runs."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return None
+        coordinator.check_lapse()
+        return set(coordinator.held)
 
 
 def _first(group: BaseExceptionGroup[DeltaStreamError]) -> DeltaStreamError:
