@@ -88,6 +88,17 @@ def _type_name(value: Any, where: str) -> str:
     return value.strip()
 
 
+def _as_list(metadata: Any) -> list[Any] | None:
+    """A ``delta.typeChanges`` value as its list (some writers store it as JSON text);
+    ``None`` for anything else."""
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            return None
+    return metadata if isinstance(metadata, list) else None
+
+
 def check_type_changes(metadata: Any, column: str) -> None:
     """Check a field's ``delta.typeChanges`` value (``None``: none recorded).
 
@@ -98,13 +109,8 @@ def check_type_changes(metadata: Any, column: str) -> None:
     """
     if metadata is None:
         return
-    changes = metadata
-    if isinstance(changes, str):  # some writers store it as JSON text
-        try:
-            changes = json.loads(changes)
-        except ValueError:
-            raise ValueError(f"column {column!r}: {TYPE_CHANGES_KEY} is not JSON") from None
-    if not isinstance(changes, list):
+    changes = _as_list(metadata)
+    if changes is None:
         raise ValueError(f"column {column!r}: {TYPE_CHANGES_KEY} must be a list")
     for change in changes:
         if not isinstance(change, dict):
@@ -129,13 +135,8 @@ def float_history(metadata: Any) -> bool:
     """Whether a field's own (not a nested element's) recorded type changes start from
     ``float``: files written before hold float values, and their statistics a float's
     shortest text (``3.4`` for the float nearest 3.4, which is 3.4000000953674316)."""
-    changes = metadata
-    if isinstance(changes, str):
-        try:
-            changes = json.loads(changes)
-        except ValueError:
-            return False
-    if not isinstance(changes, list):
+    changes = _as_list(metadata)
+    if changes is None:
         return False
     return any(
         isinstance(c, dict) and c.get("fieldPath") is None and c.get("fromType") == "float"

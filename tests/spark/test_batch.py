@@ -48,6 +48,15 @@ def spark_rows(df: Any) -> pa.Table:
     return df.toArrow()
 
 
+def change_feed(spark: Any, uri: str, start: int, end: int | None = None) -> Any:
+    """A batch read of the change feed of versions ``start..end`` (``None``: the latest)."""
+    reader = spark.read.format("deltastream").option("readChangeFeed", "true")
+    reader = reader.option("startingVersion", start)
+    if end is not None:
+        reader = reader.option("endingVersion", end)
+    return reader.load(uri)
+
+
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_table_read_equals_deltastream(spark: Any, name: str) -> None:
     uri = str(TABLES[name])
@@ -196,14 +205,7 @@ def test_change_feed_batch_read_equals_deltastream_changes(spark: Any, tmp_path:
     uri = str(tmp_path / "t")
     write_history(uri)
     for start, end in ((0, None), (1, 3), (2, 2)):
-        reader = (
-            spark.read.format("deltastream")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", start)
-        )
-        if end is not None:
-            reader = reader.option("endingVersion", end)
-        got = spark_rows(reader.load(uri))
+        got = spark_rows(change_feed(spark, uri, start, end))
         expected = ds.read_changes(uri, start_version=start, end_version=end).read_all()
         assert got.column_names[-3:] == ["_change_type", "_commit_version", "_commit_timestamp"]
         assert rows(got) == rows(expected)
@@ -239,14 +241,7 @@ def test_change_feed_across_a_rename_under_column_mapping(spark: Any) -> None:
     uri = str(CORPORA / "delta-rs/crates/test/tests/data/table_with_partitioning_mapping")
 
     def changes(start: int, end: int | None = None) -> Any:
-        reader = (
-            spark.read.format("deltastream")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", start)
-        )
-        if end is not None:
-            reader = reader.option("endingVersion", end)
-        return reader.load(uri)
+        return change_feed(spark, uri, start, end)
 
     with pytest.raises(Exception) as info:
         changes(0).collect()
