@@ -122,6 +122,7 @@ LONGEST_FIRST = (
 SPARK_SESSION_FILES = (
     "test_consumers_agree.py",
     "spark/test_stream.py",
+    "spark/test_stream_restarts.py",
     "spark/test_batch.py",
     "spark/test_columns.py",
     "spark/test_row_id_columns.py",

@@ -227,6 +227,25 @@ class SourceOptions:
             external_paths=_external_paths(lowered.get("allowexternalpaths")),
         )
 
+    def row_options(self) -> dict[str, str]:
+        """The options that decide which rows a range of versions holds, by their names, as
+        text; those at their defaults are left out. A stream records them in its offsets: a
+        logged micro-batch read again under other ones would not hold the same rows. (The
+        rate limits and the start options do not decide that: the offsets do.)"""
+        values: dict[str, str | None] = {
+            "readChangeFeed": "true" if self.read_change_feed else None,
+            "columns": ",".join(self.columns) if self.columns is not None else None,
+            "where": self.where,
+            "excludeRegex": self.exclude_regex.pattern if self.exclude_regex else None,
+        }
+        if not self.read_change_feed:  # the change feed reads every commit whatever they say
+            values |= {
+                "ignoreDeletes": "true" if self.ignore_deletes else None,
+                "ignoreChanges": "true" if self.ignore_changes else None,
+                "skipChangeCommits": "true" if self.skip_change_commits else None,
+            }
+        return {name: value for name, value in values.items() if value is not None}
+
     def pack(self, files: Sequence[FilePartition]) -> list[FileGroup]:
         """``files`` packed into Spark tasks by these options."""
         return pack(

@@ -4,7 +4,20 @@ An offset is a small JSON dict: the table's id, a version, how many files of tha
 were read (``index``), and whether the stream is still inside its initial snapshot (the
 table at ``version`` as inserts). Everything before it has been read::
 
-    {"sourceVersion": 1, "tableId": "…", "version": 12, "index": 3, "isInitialSnapshot": false}
+    {"sourceVersion": 1, "tableId": "…", "version": 12, "index": 3, "isInitialSnapshot": false,
+     "queryStart": {"version": 10, "index": 0, "isInitialSnapshot": true},
+     "rowOptions": {"readChangeFeed": "true"}}
+
+Each offset also carries the query's start (``queryStart``: its initial offset as it was
+resolved the first time) and the options that decide which rows a range holds
+(``rowOptions``, :meth:`~deltastream.spark.options.SourceOptions.row_options`). Spark logs a
+micro-batch's end offset before running it, but not a query's start: replaying a first
+micro-batch that did not complete, it asks :meth:`StreamReader.initialOffset` again, which
+resolves the snapshot's version, ``latest`` or a timestamp anew, later. The range then
+starts at its end's ``queryStart``, so a replayed micro-batch reads exactly what its first
+attempt read (:meth:`StreamReader.partitions`); and one planned under other row options is
+refused rather than read differently. Offsets written before these fields keep working as
+they did.
 
 Offsets are derived from the log alone (the files of a version are planned in the order of
 its actions; the snapshot's files are sorted by path), so a restarted query, or another
@@ -41,8 +54,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -109,7 +122,10 @@ _CACHED_VERSIONS = 64
 _SNAPSHOT_CHUNK = 1024
 #: How a query whose table was replaced starts over (the checkpoint's offsets are the old
 #: table's).
-_REMEDY = "start the query with a new checkpoint location"
+_REMEDY = (
+    "start the query with a new checkpoint location (nothing of the table there now was "
+    "delivered: without a start option the query reads its current snapshot first)"
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -119,15 +135,24 @@ class Offset:
     version: int
     index: int = 0
     snapshot: bool = False
+    #: The query's initial offset, as first resolved (``None``: an offset logged before
+    #: offsets carried it). Not part of the position: offsets compare by where they are.
+    origin: Offset | None = field(default=None, compare=False)
 
-    def to_json(self, table_id: str) -> dict[str, Any]:
-        return {
-            "sourceVersion": _SOURCE_VERSION,
-            "tableId": table_id,
-            "version": self.version,
-            "index": self.index,
-            "isInitialSnapshot": self.snapshot,
-        }
+    def to_json(self, table_id: str, row_options: Mapping[str, str]) -> dict[str, Any]:
+        d: dict[str, Any] = {"sourceVersion": _SOURCE_VERSION, "tableId": table_id}
+        d |= self._position()
+        if self.origin is not None:
+            d["queryStart"] = self.origin._position()
+        d["rowOptions"] = dict(row_options)
+        return d
+
+    def _position(self) -> dict[str, Any]:
+        return {"version": self.version, "index": self.index, "isInitialSnapshot": self.snapshot}
+
+    def starting(self, origin: Offset | None) -> Offset:
+        """This position, in a query that started at ``origin``."""
+        return replace(self, origin=origin)
 
     @property
     def read_through(self) -> int:
@@ -144,11 +169,68 @@ class Offset:
                     f"{uri}: offset written by source version {d['sourceVersion']}, "
                     f"this is version {_SOURCE_VERSION}"
                 )
-            offset = cls(int(d["version"]), int(d["index"]), bool(d["isInitialSnapshot"]))
+            start = d.get("queryStart")
+            origin = None if start is None else cls._at(start)
+            offset = replace(cls._at(d), origin=origin)
             offset_table = str(d["tableId"])
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidArgumentError(f"{uri}: not a deltastream offset: {d!r}") from e
         return offset, offset_table
+
+    @classmethod
+    def _at(cls, d: dict[str, Any]) -> Offset:
+        return cls(int(d["version"]), int(d["index"]), bool(d["isInitialSnapshot"]))
+
+    def describe(self) -> str:
+        """The position, for messages."""
+        if self.snapshot:
+            return f"file {self.index} of the snapshot of version {self.version}"
+        return f"file {self.index} of version {self.version}"
+
+    def restart_advice(self) -> str:
+        """How a new query (a new checkpoint location) starts at this position, the first
+        one not delivered, and what it delivers twice."""
+        if self.snapshot:
+            if self.index == 0:
+                return "no start option (nothing of the snapshot was delivered yet)"
+            return (
+                "no start option: it reads the table's current snapshot, so the rows "
+                f"delivered from the snapshot of version {self.version} come again"
+            )
+        if self.index == 0:
+            return f"startingVersion={self.version} (nothing is lost or delivered twice)"
+        return (
+            f"startingVersion={self.version} (the rows of the first {self.index} file(s) of "
+            f"version {self.version} are delivered twice)"
+        )
+
+
+def _recorded_row_options(d: dict[str, Any], uri: str) -> dict[str, str] | None:
+    """The row options offset ``d`` was planned with (``None``: not recorded)."""
+    recorded = d.get("rowOptions")
+    if recorded is None:
+        return None
+    if not isinstance(recorded, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in recorded.items()
+    ):
+        raise InvalidArgumentError(f"{uri}: not a deltastream offset: {d!r}")
+    return recorded
+
+
+def _schema_change_problem(version: int) -> str:
+    """What a schema change at ``version``, after the query's start (it reads every version
+    with the schema of the version it started on), means, and how to go on."""
+    # The stream delivered every version before it (_advance ends the micro-batch there),
+    # so both restarts are exact.
+    return (
+        "changes the table's schema; the query stopped before it: restart it from the "
+        f"same checkpoint to read on from version {version} with the new schema, or with "
+        f"a new checkpoint location and {Offset(version).restart_advice()}"
+    )
+
+
+#: The errors that stop a stream at a version, named by them.
+_STOPS = (TableReplacedError, SchemaChangeError, DataChangeInStreamError, ChangeDataNotEnabledError)
 
 
 @dataclass(frozen=True)
@@ -281,7 +363,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ Spark's interface
 
     def initialOffset(self) -> dict[str, Any]:
-        return self._initial_offset().to_json(self._followed())
+        return self._to_json(self._initial_offset())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         budget = self._default_budget()
@@ -300,16 +382,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         this signature for them); pyspark 4.0 and 4.1 pass nothing, and the reader finds the
         start and keeps to its limits itself (:meth:`_latest_unguided`)."""
         if start is None:
-            return self._latest_unguided().to_json(self._followed())
+            return self._to_json(self._latest_unguided())
         begin = self._offset(start)
         assert limit is not None, "Spark passes a read limit with the start"
         walked = self._run(self._advance, begin, self._budget(limit), _ALL)
-        return max(begin, walked.end).to_json(self._followed())
+        return self._to_json(max(begin, walked.end).starting(begin.origin))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, until = self._offset(start), self._offset(end)
         # A restarted query's last offset comes as the range (end, end) before anything else.
         self._seen(until)
+        if until.origin is not None and begin.origin != until.origin:
+            # A query's first micro-batch replayed: Spark logged its end but takes its start
+            # from initialOffset() again, resolved anew (the snapshot's version, "latest",
+            # a timestamp). Every other start comes from the log, with its end's origin.
+            begin = until.origin
+        if begin < until:
+            self._check_row_options(begin, until, end)
         files = self._run(self._between, begin, until)
         return self.source.pack(files)
 
@@ -358,6 +447,36 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _offset(self, d: dict[str, Any]) -> Offset:
         return self._run(self._follow, d)
 
+    def _to_json(self, offset: Offset) -> dict[str, Any]:
+        return offset.to_json(self._followed(), self.source.row_options())
+
+    def _check_row_options(self, begin: Offset, until: Offset, end: dict[str, Any]) -> None:
+        """Refuse to read the logged micro-batch ``begin``..``until`` (offset ``end``) under
+        row options other than those it was planned with: it would not hold the same rows.
+        (Changing them between micro-batches is fine: a new range is planned with them.)"""
+        recorded = _recorded_row_options(end, self._plan.uri)
+        current = self.source.row_options()
+        if recorded is None or recorded == current:
+            return
+
+        def shown(value: str | None) -> str:
+            return "not set" if value is None else repr(value)
+
+        changed = [
+            f"{name} {shown(recorded.get(name))}, now {shown(current.get(name))}"
+            for name in sorted(recorded.keys() | current.keys())
+            if recorded.get(name) != current.get(name)
+        ]
+        raise InvalidArgumentError(
+            f"{self._plan.uri}: the query's last micro-batch (from {begin.describe()} to "
+            f"{until.describe()}) was logged but not completed, and it was planned with other "
+            f"options: {'; '.join(changed)}; read with these it would not hold the same rows. "
+            "Restart the query with the options it was planned with to complete it (a "
+            "Trigger.AvailableNow run ends with every micro-batch complete), then change "
+            "them; or start a new query with a new checkpoint location and "
+            f"{begin.restart_advice()}"
+        )
+
     def _followed(self) -> str:
         assert self._table_id is not None
         return self._table_id
@@ -402,6 +521,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._guard.read(commit)
 
     def _seen(self, offset: Offset) -> None:
+        # The frontier keeps the offset's origin: the offsets planned from it carry it on.
         if self._frontier is None or offset > self._frontier:
             self._frontier = offset
 
@@ -441,7 +561,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     budget.describe(),
                     PYSPARK_VERSION,
                 )
-        end = max(begin, walked.end)
+        end = max(begin, walked.end).starting(begin.origin)
         self._seen(end)
         return end
 
@@ -508,7 +628,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._initial
 
     async def _find_initial_offset(self) -> Offset:
-        offset = await self._starting_offset()
+        found = await self._starting_offset()
+        offset = found.starting(found)  # the query's origin is where it starts
         if self._guard is None:
             # A new query reads the table the plan was loaded from; the start may lie past
             # the end of its log (a startingVersion to come), so it is verified up to where
@@ -550,11 +671,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     files += 1
                     size += partition.size
                 position = after
-        except TableReplacedError:
+        except _STOPS:
             if position == start:
                 raise
-            # What came before the version that gives the table a new id is the stream's
-            # table: it is delivered first, and the next call, starting there, fails.
+            # What comes before a version the stream cannot read on from (one that gives
+            # the table a new id, changes its schema, changes data in a plain stream) is
+            # delivered first; the next call, starting there, fails. The first version not
+            # delivered is then the one the error names, which is what its advice assumes.
         return _Advance(position, files, size, over)
 
     async def _between(self, start: Offset, end: Offset) -> list[FilePartition]:
@@ -611,7 +734,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             error = followed.missing_error(
                 self._plan.uri,
                 "the stream needs them (they were removed by log retention before being "
-                "read); set failOnDataLoss to false to skip them",
+                "read); restart the query from the same checkpoint with failOnDataLoss=false "
+                "to skip them (their rows are not delivered; nothing else is lost or "
+                "delivered twice)",
             )
             if self.source.fail_on_data_loss:
                 raise error
@@ -755,12 +880,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if version > plan.version:
             change = classify_schema_change(read_with, schema, mode, read_mode)
             if change.kind is not SchemaChangeKind.NONE:
-                raise SchemaChangeError(
-                    plan.uri,
-                    version,
-                    "changes the table's schema; restart the query (with a new checkpoint "
-                    "location) to read it with the new schema",
-                )
+                raise SchemaChangeError(plan.uri, version, _schema_change_problem(version))
         elif problem := classify_schema_change(schema, read_with, read_mode, mode).splits_reads:
             # Named by the version that made it, where the stream could start instead.
             found = await splitting_change(store, version, plan.version)
@@ -792,10 +912,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self._plan.uri,
                     version,
                     "deletes or rewrites data, which a stream of appended rows cannot "
-                    "follow; set skipChangeCommits to skip such "
-                    "commits, ignoreChanges to read rewritten files again, ignoreDeletes to "
-                    "ignore commits that only delete, or read the change data feed "
-                    "(readChangeFeed)",
+                    "follow; the query stopped before it: restart it from the same "
+                    "checkpoint with skipChangeCommits=true to skip such commits, "
+                    "ignoreChanges=true to read rewritten files again, or ignoreDeletes=true "
+                    "to ignore commits that only delete (nothing is lost or delivered "
+                    "twice); or read the change data feed from there: a new checkpoint "
+                    f"location with readChangeFeed=true and startingVersion={version}",
                 )
         found = list(self._adds(rows, version))
         return found

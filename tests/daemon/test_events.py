@@ -149,6 +149,12 @@ async def test_non_additive_schema_change_stops_after_delivering_what_came_befor
     with pytest.raises(SchemaChangeError):
         await run_expecting(follow(tmp_path, uri), again)
     assert again.rows == []
+    # The message's advice, followed: the rest, once.
+    assert "set on_schema_change to 'continue' and restart the stream" in str(info.value)
+    rest = Collector()
+    config = follow(tmp_path, uri, on_schema_change=OnSchemaChange.CONTINUE)
+    await run_until_delivered(config, rest, 2)
+    assert rest.counter(["id"]) == expected_changes(uri, 2, 2, columns=["id"])
 
 
 @pytest.mark.anyio

@@ -14,6 +14,7 @@ this process's classic builder alone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -31,19 +32,29 @@ import pyspark
 import pytest
 from conftest import CORPORA, free_port
 from deltalake import DeltaTable, write_deltalake
+from spark_streams import (
+    ReplayCase,
+    commit_while_down,
+    kill_tree,
+    restart_and_check,
+    start_replay_query,
+    started,
+    ten_versions,
+)
 
 import deltastream as ds
 import deltastream.spark
+from deltastream.spark.compat import ADMISSION_CONTROL
 
 SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 CORPUS_TABLE = CORPORA / "delta-kernel-rs/data/table-with-dv-small"
 CDF = {"delta.enableChangeDataFeed": "true"}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The Connect server's URL; its log is kept beside its working directory."""
-    tmp = tmp_path_factory.mktemp("connect")
+@contextlib.contextmanager
+def connect_server(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A Connect server of its own: its URL and its process (spark-submit's: the JVM and the
+    Python workers it starts are under it). Its log is kept in ``tmp``."""
     port = free_port()
     home = Path(pyspark.__file__).parent
     argv = [
@@ -74,15 +85,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     pytest.fail(f"the Connect server did not listen:\n{log.read_text()[-5000:]}")
                 time.sleep(0.2)
-        yield f"sc://127.0.0.1:{port}"
+        yield f"sc://127.0.0.1:{port}", process
     finally:
-        # The server's process group: its JVM and the Python workers it started.
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(60)
+        # The server's process tree: its JVM and the Python workers it started (Spark's
+        # Python daemon makes a process group of its own).
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                kill_tree(process.pid)
+                process.wait(60)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The module's Connect server's URL."""
+    with connect_server(tmp_path_factory.mktemp("connect")) as (url, _):
+        yield url
 
 
 def new_session(url: str) -> Any:
@@ -205,3 +225,33 @@ def test_a_stream_through_connect(connect: Any, tmp_path: Path) -> None:
     expected = pa.table(DeltaTable(table).load_cdf(starting_version=0))
     assert delivered.num_rows == expected.num_rows > 0
     assert keys(delivered) == keys(expected)
+
+
+# A query's first micro-batch failed after its offsets were logged, a commit while it is
+# down, a restart from the checkpoint: every row once (tests/spark/test_stream_restarts.py
+# has the same through a classic session).
+
+
+def test_first_micro_batches_failed_or_killed_are_replayed_through_connect(
+    connect: Any, tmp_path: Path
+) -> None:
+    """The queries run on a second server: the table streams' first micro-batches raise in
+    ``foreachBatch``, the change-feed streams' block, and once all are there the server's
+    process tree is killed (kill -9); they are restarted on the module's server."""
+    uri = str(tmp_path / "t")
+    ten_versions(uri)
+    cases = ReplayCase.all(uri, tmp_path / "queries")
+    (tmp_path / "doomed").mkdir()
+    with connect_server(tmp_path / "doomed") as (url, process):
+        session = new_session(url)
+        for case in cases:
+            sink = case.failing_writer("mixed")
+            started(start_replay_query(session, uri, case, sink, {"processingTime": "1 second"}))
+        deadline = time.monotonic() + 600
+        while not all(Path(case.marker).exists() for case in cases):
+            assert time.monotonic() < deadline, "no first micro-batches"
+            time.sleep(0.5)
+        kill_tree(process.pid)
+        process.wait(60)
+    commit_while_down(uri)
+    restart_and_check(connect, uri, cases, ADMISSION_CONTROL)

@@ -173,8 +173,10 @@ def test_plain_source_fails_on_a_rewrite_by_default(spark: Any, tmp_path: Path) 
     write_with_update(uri)
     reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0"}))
     start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())  # the versions before it first
+    assert (end["version"], end["index"]) == (2, 0)
     with pytest.raises(ds.DataChangeInStreamError, match=r"version 2 .*skipChangeCommits"):
-        reader.latestOffset(start, ReadAllAvailable())
+        reader.latestOffset(end, ReadAllAvailable())
 
 
 @pytest.mark.parametrize(
@@ -235,6 +237,10 @@ def test_offsets_advance_by_files_and_never_backwards(tmp_path: Path) -> None:
     assert offset == {
         "sourceVersion": 1, "tableId": ds.read_snapshot(uri).metadata.id, "version": 4,
         "index": 0, "isInitialSnapshot": False,
+        # Where the query started, as it was resolved then (a replayed first micro-batch
+        # starts there), and the options that decide a range's rows.
+        "queryStart": {"version": 3, "index": 0, "isInitialSnapshot": True},
+        "rowOptions": {"readChangeFeed": "true"},
     }  # fmt: skip
     # Never backwards: an offset past what the log has is returned as it is.
     ahead = dict(offset, version=9)
@@ -335,7 +341,7 @@ def test_a_schema_change_stops_the_stream(tmp_path: Path) -> None:
     wider = batch([7]).append_column("extra", pa.array([1], pa.int64()))
     write_deltalake(uri, wider, mode="append", schema_mode="merge")
     with pytest.raises(ds.SchemaChangeError, match="version 1 changes the table's schema"):
-        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+        read_on(reader)  # version 0, then the error (tests/spark/test_stream_restarts.py)
 
 
 RENAMED = CORPORA / "delta-rs/crates/test/tests/data/table_with_partitioning_mapping"
@@ -565,6 +571,15 @@ def test_exclude_regex_in_the_snapshot_and_later_versions(tmp_path: Path) -> Non
     assert end["version"] == 4 and not end["isInitialSnapshot"]
 
 
+def read_on(reader: StreamReader) -> None:
+    """Call latestOffset as Spark does, from the initial offset, until it stays (or raises):
+    a version the stream cannot read ends a micro-batch before it, then the next call
+    raises."""
+    offset = reader.initialOffset()
+    while (later := reader.latestOffset(offset, ReadAllAvailable())) != offset:
+        offset = later
+
+
 def test_a_change_feed_stream_refuses_a_rewrite_made_while_the_feed_was_not_in_force(
     tmp_path: Path,
 ) -> None:
@@ -582,14 +597,14 @@ def test_a_change_feed_stream_refuses_a_rewrite_made_while_the_feed_was_not_in_f
     )  # v2: protocol (3, 7) without changeDataFeed
     DeltaTable(uri).delete("id = 1")  # v3: a rewrite with no change data
     with pytest.raises(ds.ChangeDataNotEnabledError) as caught:
-        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+        read_on(reader)
     assert caught.value.versions == (3,)
     # A reader started after the upgrade judges version 1 by the protocol of its own time.
     later = StreamReader(
         SourceOptions.parse({"path": uri, "readChangeFeed": "true", "startingVersion": "1"})
     )
     with pytest.raises(ds.ChangeDataNotEnabledError) as caught:
-        later.latestOffset(later.initialOffset(), ReadAllAvailable())
+        read_on(later)
     assert caught.value.versions == (3,)
 
 
@@ -601,7 +616,7 @@ def test_the_upgraded_table_is_refused_from_any_start(tmp_path: Path) -> None:
             SourceOptions.parse({"path": uri, "readChangeFeed": "true", "startingVersion": start})
         )
         with pytest.raises(ds.ChangeDataNotEnabledError) as caught:
-            reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+            read_on(reader)
         assert caught.value.versions == (2,)
 
 

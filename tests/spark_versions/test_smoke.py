@@ -4,7 +4,10 @@ its own, and the main suite runs under the newest (the full Spark suite, tests/s
 there only). Each case is compared with deltalake: batch rows, a batch change range, a
 ``Trigger.AvailableNow`` change-feed stream with ``maxFilesPerTrigger=1`` restarted from
 its checkpoint, a ``processingTime`` stream picking up a new commit, reads that plan no
-file, and the table features of issue 37 (type widening, column mapping turned on, row ids).
+file, and the table features of issue 37 (type widening, column mapping turned on, row ids);
+and queries of every start kind whose first micro-batch fails after its offsets were logged
+(an exception in ``foreachBatch``, a kill -9 of the driver's process tree) restarted after a
+commit, every row once (tests/spark/test_stream_restarts.py has them in the main suite).
 
 Before pyspark 4.2 Spark gives a Python source no read limits and runs AvailableNow on it
 as one micro-batch (deltastream/spark/compat.py): the reader keeps the limit itself from
@@ -26,7 +29,21 @@ import pytest
 from conftest import CORPORA
 from deltalake import DeltaTable, write_deltalake
 from row_tracking_tables import HISTORY_ROWS, history
-from spark_streams import CDF, KEY, batch, commit, delivered, keys, run_available_now, start_stream
+from spark_streams import (
+    CDF,
+    KEY,
+    ReplayCase,
+    batch,
+    commit,
+    commit_while_down,
+    delivered,
+    keys,
+    kill_in_first_batches,
+    restart_and_check,
+    run_available_now,
+    start_stream,
+    ten_versions,
+)
 
 from deltastream.spark.compat import ADMISSION_CONTROL
 
@@ -199,3 +216,16 @@ def wait_for(query: Any, out: Path, expected: pa.Table, timeout: float = 180) ->
             return
         assert time.monotonic() < deadline, f"delivered {got}, expected {want}"
         time.sleep(0.5)
+
+
+def test_first_micro_batches_failed_or_killed_are_replayed_as_logged(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The table streams' first micro-batches raise in ``foreachBatch``, the change-feed
+    streams' block until the driver's process tree is killed (tests/spark_replay_driver.py);
+    restarted after a commit here."""
+    uri = str(tmp_path / "t")
+    ten_versions(uri)
+    kill_in_first_batches(uri, tmp_path / "queries", "mixed")
+    commit_while_down(uri)
+    restart_and_check(spark, uri, ReplayCase.all(uri, tmp_path / "queries"), ADMISSION_CONTROL)

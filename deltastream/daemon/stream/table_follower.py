@@ -211,7 +211,9 @@ class TableFollower:
                     self._store.root_uri,
                     version,
                     f"{change.description}: a non-additive schema change; the stream stops "
-                    "here (set on_schema_change to 'continue' to go on with the new schema)",
+                    "before it, with every version before it delivered: set on_schema_change "
+                    "to 'continue' and restart the stream to go on from its state with the "
+                    "new schema (nothing is lost or delivered twice)",
                 )
             log.warning(
                 "%s: version %d %s; continuing with the new schema",

@@ -1,0 +1,45 @@
+"""The driver program of ``spark_streams.kill_in_first_batches``, run as a script of its own
+(the killed process must be a driver, and a process has one SparkContext):
+``python spark_replay_driver.py TABLE ROOT FAILURE``.
+
+It starts every ``ReplayCase`` query of TABLE (checkpoints and outputs under ROOT) in a
+``local[2]`` session; each one's first micro-batch, its offsets logged, leaves its marker and
+fails by FAILURE (``ReplayCase.failing_writer``): blocks until the process tree is killed,
+or raises (the query stops, the driver goes on).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from pyspark.sql import SparkSession
+from spark_streams import ReplayCase, start_replay_query, started
+
+import deltastream.spark
+
+
+def main(uri: str, root: str, failure: str) -> None:
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("deltastream-replay-driver")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    deltastream.spark.register(spark)
+    for case in ReplayCase.all(uri, Path(root)):
+        sink = case.failing_writer(failure)
+        started(start_replay_query(spark, uri, case, sink, {"processingTime": "1 second"}))
+    while True:  # until the test kills the process
+        time.sleep(60)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
