@@ -16,7 +16,7 @@ gives each query's Python source process 10 s to connect back, and some missed i
 starts them one after the other, in a random order), the driver's
 process tree (the Python driver, its JVM, the Python workers) is killed with SIGKILL, one
 randomly chosen process of it first; then the driver is started again on the same
-checkpoints. Every ``--lives-per-generation`` lives the queries start over with new
+checkpoints. Every ``--lives-per-generation`` lives (2) the queries start over with new
 checkpoints and outputs (a new generation), so that kills keep landing inside queries' first
 micro-batches, where a default start used to lose rows: those kills are counted (the
 checkpoint has the first micro-batch's offsets, and its sink had not written it).
@@ -27,8 +27,9 @@ this process's own Spark session, and each query's output is compared with the t
 too), as a multiset of ids: lost and repeated rows, per start kind and sink. Exit status 1 if
 any row was lost or repeated.
 
-Run: ``python tests/benchmarks/bench_spark_replay.py --kills 30`` (about a minute per kill on
-2 shared cores, the driver's start included).
+Run: ``python tests/benchmarks/bench_spark_replay.py --kills 32`` (about 50 s per kill on 2
+shared cores, the driver's start included, then about 10 minutes of catching up; figures in
+docs/performance.md).
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def main() -> int:
     parser.add_argument("--max-delay", type=float, default=15.0, help="seconds")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between commits")
     parser.add_argument("--initial-versions", type=int, default=20)
-    parser.add_argument("--lives-per-generation", type=int, default=3)
+    parser.add_argument("--lives-per-generation", type=int, default=2)
     parser.add_argument("--dir", type=Path, help="work directory (kept); default: temporary")
     parser.add_argument("--driver", help=argparse.SUPPRESS)
     args = parser.parse_args()
