@@ -260,7 +260,7 @@ class InvalidTableStateError(LogError):
 #: How a user asks for the changes of versions written without change data, for messages.
 INFER_WITHOUT_CDF = (
     "--infer-without-cdf (infer_without_cdf=True in Python, infer_without_cdf = true in the "
-    "TOML; the Spark source has no such option)"
+    "TOML, the Spark option inferWithoutCdf)"
 )
 
 #: How a user lets a table's log name files outside the table root, for messages.
@@ -392,7 +392,7 @@ class ChangeDataNotEnabledError(ChangeDataError):
     request, at the price of showing rewritten files as whole-file deletes and inserts.
     """
 
-    def __init__(self, uri: str, versions: Iterable[int]) -> None:
+    def __init__(self, uri: str, versions: Iterable[int], *, stopped: str | None = None) -> None:
         self.versions = tuple(sorted(set(versions)))
         super().__init__(
             f"{uri}: change data is not available for version(s) "
@@ -400,7 +400,7 @@ class ChangeDataNotEnabledError(ChangeDataError):
             "change data feed was not in force (delta.enableChangeDataFeed off, or writer "
             "version 7 without the changeDataFeed writer feature); to read them anyway, as "
             "whole-file deletes and inserts inferred from add/remove actions, pass "
-            f"{INFER_WITHOUT_CDF}"
+            f"{INFER_WITHOUT_CDF}" + (f"; {stopped}" if stopped else "")
         )
         self.uri = uri
 

@@ -267,7 +267,7 @@ def test_change_data_off_names_the_option_in_each_interface(
     assert err.startswith(f"deltastream: error: {tmp_path}: change data is not available for")
     assert "pass --infer-without-cdf (infer_without_cdf=True in Python" in err
     assert "infer_without_cdf = true in the TOML" in err
-    assert "the Spark source has no such option" in err
+    assert "the Spark option inferWithoutCdf" in err
     code, out = cli("changes", str(tmp_path), "--from", "2", "--infer-without-cdf", "-o", "-")
     assert code == 0 and {json.loads(line)["_commit_version"] for line in out.splitlines()} == {2}
 

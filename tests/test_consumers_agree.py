@@ -80,8 +80,7 @@ class Case:
     end: int | None
     #: Every consumer refuses with ChangeDataNotEnabledError naming these versions.
     refused: tuple[int, ...] | None = None
-    #: Ask read_changes and the tailer to infer changes (Spark has no such option: the Spark
-    #: consumers are then left out).
+    #: Ask every consumer to infer changes (inferWithoutCdf in Spark).
     infer: bool = False
 
 
@@ -506,11 +505,11 @@ def tailer_outcome(uri: str, case: Case, state: Path) -> Outcome:
 @dataclass
 class SparkOutcomes:
     batch: dict[str, Outcome]
-    #: By (table uri, start version): the stream's rows (unfiltered) or its error.
-    streams: dict[tuple[str, int], pa.Table | Outcome]
+    #: By (table uri, start version, infer): the stream's rows (unfiltered) or its error.
+    streams: dict[tuple[str, int, bool], pa.Table | Outcome]
 
     def stream(self, uri: str, case: Case) -> Outcome:
-        got = self.streams[(uri, case.start)]
+        got = self.streams[(uri, case.start, case.infer)]
         if isinstance(got, Outcome):
             return got
         return Outcome.of_table(got, last_version(uri, case.end))
@@ -521,6 +520,7 @@ def spark_batch(spark: Any, uri: str, case: Case) -> Outcome:
         spark.read.format("deltastream")
         .option("readChangeFeed", "true")
         .option("startingVersion", case.start)
+        .option("inferWithoutCdf", case.infer)
     )
     if case.end is not None:
         reader = reader.option("endingVersion", case.end)
@@ -532,21 +532,22 @@ def spark_batch(spark: Any, uri: str, case: Case) -> Outcome:
 
 
 def spark_streams(
-    spark: Any, starts: Sequence[tuple[str, int]], checkpoints: Path, at_once: int = 1
-) -> dict[tuple[str, int], pa.Table | Outcome]:
-    """One AvailableNow change-feed stream per (table, start), ``at_once`` at a time, into
-    memory sinks."""
-    out: dict[tuple[str, int], pa.Table | Outcome] = {}
+    spark: Any, starts: Sequence[tuple[str, int, bool]], checkpoints: Path, at_once: int = 1
+) -> dict[tuple[str, int, bool], pa.Table | Outcome]:
+    """One AvailableNow change-feed stream per (table, start, infer), ``at_once`` at a time,
+    into memory sinks."""
+    out: dict[tuple[str, int, bool], pa.Table | Outcome] = {}
     names = (f"agree_{i}" for i in itertools.count())
     for i in range(0, len(starts), at_once):
         running = []
-        for uri, start in starts[i : i + at_once]:
+        for uri, start, infer in starts[i : i + at_once]:
             name = next(names)
             try:
                 query = (
                     spark.readStream.format("deltastream")
                     .option("readChangeFeed", "true")
                     .option("startingVersion", start)
+                    .option("inferWithoutCdf", infer)
                     .load(uri)
                     .writeStream.format("memory")
                     .queryName(name)
@@ -555,9 +556,9 @@ def spark_streams(
                     .start()
                 )
             except Exception as e:
-                out[(uri, start)] = spark_error(e)
+                out[(uri, start, infer)] = spark_error(e)
                 continue
-            running.append(((uri, start), name, query))
+            running.append(((uri, start, infer), name, query))
         for key, name, query in running:
             try:
                 finished = query.awaitTermination(300)
@@ -580,14 +581,12 @@ def spark_outcomes(
     spark: Any, tables: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> SparkOutcomes:
     batch = {}
-    starts: list[tuple[str, int]] = []
+    starts: list[tuple[str, int, bool]] = []
     for case in ALL_CASES:
-        if case.infer:
-            continue  # the Spark source has no option to infer changes
         uri = table_uri(case, tables)
         batch[case.id] = spark_batch(spark, uri, case)
-        if (uri, case.start) not in starts:
-            starts.append((uri, case.start))
+        if (uri, case.start, case.infer) not in starts:
+            starts.append((uri, case.start, case.infer))
     streams = spark_streams(spark, starts, tmp_path_factory.mktemp("agree-checkpoints"))
     return SparkOutcomes(batch, streams)
 
@@ -601,9 +600,8 @@ def outcomes_of(
     uri = table_uri(case, tables)
     yield "read_changes", changes_outcome(uri, case)
     yield "tailer", tailer_outcome(uri, case, state)
-    if not case.infer:
-        yield "spark batch", spark.batch[case.id]
-        yield "spark stream", spark.stream(uri, case)
+    yield "spark batch", spark.batch[case.id]
+    yield "spark stream", spark.stream(uri, case)
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.id)

@@ -51,6 +51,7 @@ _KNOWN = {
     "where",
     "columns",
     "rowids",
+    "inferwithoutcdf",
 }
 
 
@@ -142,6 +143,9 @@ class SourceOptions:
     #: Each row's ``_row_id`` and ``_row_commit_version`` (``rowIds``; a table with row
     #: tracking).
     row_ids: bool = False
+    #: Change rows of versions written while the change data feed was not in force, inferred
+    #: from their add/remove actions (``inferWithoutCdf``; otherwise such versions fail).
+    infer_without_cdf: bool = False
     #: How files are packed into Spark tasks (as Spark's own ``spark.sql.files.*``).
     max_partition_bytes: int = 128 << 20
     open_cost_in_bytes: int = 4 << 20
@@ -205,6 +209,7 @@ class SourceOptions:
             where=where,
             columns=_columns(lowered.get("columns")),
             row_ids=_bool("rowIds", lowered.get("rowids"), False),
+            infer_without_cdf=_bool("inferWithoutCdf", lowered.get("inferwithoutcdf"), False),
             starting_version=starting,
             starting_timestamp_ms=start_ts,
             ending_version=end_version,
@@ -237,8 +242,13 @@ class SourceOptions:
             "columns": ",".join(self.columns) if self.columns is not None else None,
             "where": self.where,
             "excludeRegex": self.exclude_regex.pattern if self.exclude_regex else None,
+            # Row ids change the rows themselves: two more columns, and a change feed
+            # derived from add/remove actions paired by row id instead of cdc files.
+            "rowIds": "true" if self.row_ids else None,
         }
-        if not self.read_change_feed:  # the change feed reads every commit whatever they say
+        if self.read_change_feed:
+            values["inferWithoutCdf"] = "true" if self.infer_without_cdf else None
+        else:  # the change feed reads every commit whatever they say
             values |= {
                 "ignoreDeletes": "true" if self.ignore_deletes else None,
                 "ignoreChanges": "true" if self.ignore_changes else None,

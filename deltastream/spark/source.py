@@ -130,6 +130,7 @@ async def _plan_changes(store: ObjectStore, source: SourceOptions) -> ChangePlan
         columns=source.columns,
         where=source.where,
         row_ids=source.row_ids,
+        infer_without_cdf=source.infer_without_cdf,
     )
 
 

@@ -229,6 +229,10 @@ def _schema_change_problem(version: int) -> str:
     )
 
 
+def _versions(first: int, last: int) -> str:
+    return f"version {first}" if first == last else f"versions {first} to {last}"
+
+
 #: The errors that stop a stream at a version, named by them.
 _STOPS = (TableReplacedError, SchemaChangeError, DataChangeInStreamError, ChangeDataNotEnabledError)
 
@@ -384,6 +388,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:
             return self._to_json(self._latest_unguided())
         begin = self._offset(start)
+        self._check_resume_point(begin, start)
         assert limit is not None, "Spark passes a read limit with the start"
         walked = self._run(self._advance, begin, self._budget(limit), _ALL)
         return self._to_json(max(begin, walked.end).starting(begin.origin))
@@ -399,6 +404,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin = until.origin
         if begin < until:
             self._check_row_options(begin, until, end)
+        else:  # pyspark 4.0, 4.1: the next micro-batch goes on from here
+            self._check_resume_point(until, end)
         files = self._run(self._between, begin, until)
         return self.source.pack(files)
 
@@ -454,27 +461,55 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Refuse to read the logged micro-batch ``begin``..``until`` (offset ``end``) under
         row options other than those it was planned with: it would not hold the same rows.
         (Changing them between micro-batches is fine: a new range is planned with them.)"""
-        recorded = _recorded_row_options(end, self._plan.uri)
-        current = self.source.row_options()
-        if recorded is None or recorded == current:
+        changed = self._changed_row_options(end)
+        if changed is None:
             return
-
-        def shown(value: str | None) -> str:
-            return "not set" if value is None else repr(value)
-
-        changed = [
-            f"{name} {shown(recorded.get(name))}, now {shown(current.get(name))}"
-            for name in sorted(recorded.keys() | current.keys())
-            if recorded.get(name) != current.get(name)
-        ]
         raise InvalidArgumentError(
             f"{self._plan.uri}: the query's last micro-batch (from {begin.describe()} to "
             f"{until.describe()}) was logged but not completed, and it was planned with other "
-            f"options: {'; '.join(changed)}; read with these it would not hold the same rows. "
+            f"options: {changed}; read with these it would not hold the same rows. "
             "Restart the query with the options it was planned with to complete it (a "
             "Trigger.AvailableNow run ends with every micro-batch complete), then change "
             "them; or start a new query with a new checkpoint location and "
             f"{begin.restart_advice()}"
+        )
+
+    def _check_resume_point(self, at: Offset, d: dict[str, Any]) -> None:
+        """Refuse to go on from ``at`` (offset ``d``, where the last micro-batch ended) inside
+        a version under other row options than those it was planned with: a version's files
+        are counted under its options (a filter skips files, row ids pair add and remove
+        actions instead of reading cdc files), so the position would fall elsewhere. At a
+        version's start, or in the snapshot (whose files do not depend on them), they may
+        change."""
+        if at.snapshot or at.index == 0:
+            return
+        changed = self._changed_row_options(d)
+        if changed is None:
+            return
+        raise InvalidArgumentError(
+            f"{self._plan.uri}: the query's last micro-batch ended at {at.describe()}, inside "
+            f"that version, and was planned with other options: {changed}; the files of "
+            "a version are counted under the options it is planned with, so this position "
+            "would fall elsewhere. Restart the query with the options it was planned with "
+            f"until it has read past version {at.version}, then change them; or start a new "
+            f"query with a new checkpoint location and {at.restart_advice()}"
+        )
+
+    def _changed_row_options(self, d: dict[str, Any]) -> str | None:
+        """How the row options offset ``d`` was planned with differ from the reader's, for
+        messages (``None``: they do not, or ``d`` does not record them)."""
+        recorded = _recorded_row_options(d, self._plan.uri)
+        current = self.source.row_options()
+        if recorded is None or recorded == current:
+            return None
+
+        def shown(value: str | None) -> str:
+            return "not set" if value is None else repr(value)
+
+        return "; ".join(
+            f"{name} {shown(recorded.get(name))}, now {shown(current.get(name))}"
+            for name in sorted(recorded.keys() | current.keys())
+            if recorded.get(name) != current.get(name)
         )
 
     def _followed(self) -> str:
@@ -813,8 +848,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             step = await self._commits(store).step(commit, actions)
             # The schema in force, the first version's included: the stream's start.
             await self._check(store, version, step.metadata, step.protocol)
-            if step.lacks_change_data:
-                raise ChangeDataNotEnabledError(plan.uri, [version])
+            if step.lacks_change_data and not self.source.infer_without_cdf:
+                raise ChangeDataNotEnabledError(
+                    plan.uri,
+                    [version],
+                    stopped="the query stopped before it: restart it from the same checkpoint "
+                    "with inferWithoutCdf=true to read on (nothing is lost or delivered twice)",
+                )
             planner = ChangePlanner(store)
             tasks = await planner.plan(version, actions, step.timestamp_ms, plan.changes)
             files = [
@@ -883,6 +923,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise SchemaChangeError(plan.uri, version, _schema_change_problem(version))
         elif problem := classify_schema_change(schema, read_with, read_mode, mode).splits_reads:
             # Named by the version that made it, where the stream could start instead.
+            # ``version`` is the first one this reader plans (the policy passed nothing yet):
+            # where the query stands, nothing of it delivered.
+            planned = version
             found = await splitting_change(store, version, plan.version)
             if found is not None:
                 version, problem = found.version, found.schema_change.splits_reads or problem
@@ -891,8 +934,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 version,
                 f"{problem}: the stream reads every version with the schema of version "
                 f"{plan.version} (the latest when the query started), which cannot show the "
-                f"rows before it; start the query at version {version} or later "
-                "(startingVersion) and read the versions before it separately",
+                f"rows before it; start the query with a new checkpoint location and "
+                f"startingVersion={version}, and read {_versions(planned, version - 1)} "
+                "separately (a batch read with startingVersion and endingVersion): nothing "
+                "is lost or delivered twice",
             )
         self._checked = metadata
 

@@ -232,10 +232,17 @@ async def test_a_rename_after_turning_column_mapping_on_stops_the_stream_unless_
     assert info.value.version == 5
     assert str(info.value) == (
         f"{uri}: version 5 renames column 'id' to 'key': a non-additive schema change; the "
-        "stream stops here (set on_schema_change to 'continue' to go on with the new schema)"
+        "stream stops before it, with every version before it delivered: set "
+        "on_schema_change to 'continue' and restart the stream to go on from its state with "
+        "the new schema (nothing is lost or delivered twice)"
     )
     assert _rows(collector) == history_changes()
     v6 = {"key": 5, "part": "x", "s": {"a": 5}, "_change_type": "insert", "_commit_version": 6}
+    # The advice, followed literally: the same stream restarted goes on from its state.
+    resumed = Collector()
+    same = follow(tmp_path, uri, on_schema_change=OnSchemaChange.CONTINUE)
+    await run_until_delivered(same, resumed, 6)
+    assert _rows(resumed) == [v6]
     followed = Collector()
     config = follow(tmp_path / "continued", uri, on_schema_change=OnSchemaChange.CONTINUE)
     await run_until_delivered(config, followed, 6)
@@ -282,11 +289,19 @@ async def test_changes_without_the_feed_stop_unless_inferred(tmp_path: Path) -> 
     uri = str(tmp_path / "t")
     write_deltalake(uri, batch(range(4)), partition_by=["part"])  # no change data feed
     DeltaTable(uri).delete("id = 1")
-    with pytest.raises(ChangeDataNotEnabledError, match=r"version\(s\) 1"):
-        await run_expecting(follow(tmp_path, uri), Collector())
+    first = Collector()
+    with pytest.raises(ChangeDataNotEnabledError, match=r"version\(s\) 1") as caught:
+        await run_expecting(follow(tmp_path, uri), first)
+    assert str(caught.value).endswith(
+        "; the stream stops before it, with every version before it delivered: set "
+        "infer_without_cdf and restart the stream to go on from its state (nothing is lost or "
+        "delivered twice)"
+    )
+    assert {r["_commit_version"] for r in first.rows} == {0}
+    # The advice, followed literally: the same stream goes on from version 1.
     collector = Collector()
-    config = follow(tmp_path, uri, infer_without_cdf=True, state=str(tmp_path / "inferred"))
-    await run_until_delivered(config, collector, 1)
+    await run_until_delivered(follow(tmp_path, uri, infer_without_cdf=True), collector, 1)
+    assert {r["_commit_version"] for r in collector.rows} == {1}
     assert (
         Counter(r["_change_type"] for r in collector.rows if r["_commit_version"] == 1)["delete"]
         >= 1

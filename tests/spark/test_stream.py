@@ -397,8 +397,10 @@ def test_a_stream_across_a_rename_under_column_mapping_is_refused_naming_it(
         assert str(caught.value) == (
             f"{RENAMED}: version 3 renames column 'id' to 'newid': the stream reads every "
             "version with the schema of version 4 (the latest when the query started), which "
-            "cannot show the rows before it; start the query at version 3 or later "
-            "(startingVersion) and read the versions before it separately"
+            "cannot show the rows before it; start the query with a new checkpoint location "
+            f"and startingVersion=3, and read versions {start} to 2 "
+            "separately (a batch read with startingVersion and endingVersion): nothing is lost "
+            "or delivered twice"
         )
     reader = StreamReader(
         SourceOptions.parse(

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+from row_tracking_tables import history
 from spark_streams import (
     CDF,
     ReplayCase,
@@ -169,6 +170,76 @@ def test_a_replayed_micro_batch_under_other_row_options_is_refused(tmp_path: Pat
     changed.stop()
 
 
+def test_a_replayed_micro_batch_with_row_ids_turned_off_is_refused(tmp_path: Path) -> None:
+    """Row ids change a micro-batch's rows (two columns more; a change feed paired by row id
+    instead of read from cdc files): a logged one is not completed without them."""
+    history(tmp_path / "t", cdf=True)
+    uri = str(tmp_path / "t")
+    options = {"startingVersion": "1", "readChangeFeed": "true"}
+    first = reader_of(uri, rowIds="true", **options)
+    begin = first.initialOffset()
+    end = first.latestOffset(begin, ReadMaxFiles(3))
+    assert end["rowOptions"] == {"readChangeFeed": "true", "rowIds": "true"}
+    first.stop()
+    plain = reader_of(uri, **options)
+    with pytest.raises(ds.InvalidArgumentError, match="rowIds 'true', now not set"):
+        plain.partitions(plain.initialOffset(), end)
+    plain.stop()
+    again = reader_of(uri, rowIds="true", **options)
+    parts = again.partitions(again.initialOffset(), end)
+    rows = [r for p in parts for b in again.read(p) for r in b.to_pylist()]
+    assert rows and all(r["_row_id"] is not None for r in rows)
+    again.stop()
+
+
+@pytest.mark.parametrize("admission_control", [True, False], ids=["4.2+", "4.0-4.1"])
+def test_a_query_stopped_inside_a_version_goes_on_only_under_its_options(
+    tmp_path: Path, admission_control: bool
+) -> None:
+    """A position inside a version counts that version's files as its options planned them
+    (a where skips files): under another filter it would fall elsewhere, so it is refused
+    until the version is read past; at a version's start any options go."""
+    uri = str(tmp_path / "t")
+    parts = pa.table({"id": pa.array(range(4), pa.int64()), "part": ["a", "b", "c", "d"]})
+    write_deltalake(uri, parts, partition_by=["part"], configuration=CDF)  # 4 files
+    write_deltalake(uri, parts, partition_by=["part"], mode="append")  # version 1
+    options = {"startingVersion": "0", "readChangeFeed": "true", "where": "part <> 'a'"}
+    first = reader_of(uri, **options)
+    begin = first.initialOffset()
+    inside = first.latestOffset(begin, ReadMaxFiles(2))  # 2 of version 0's 3 files
+    assert (inside["version"], inside["index"]) == (0, 2)
+    delivered = ids(first, begin, inside)
+    first.commit(inside)
+    first.stop()
+    changed = reader_of(uri, **{**options, "where": "part <> 'b'"})
+    with pytest.raises(ds.InvalidArgumentError) as caught:
+        if admission_control:
+            changed.latestOffset(inside, ReadMaxFiles(2))
+        else:
+            changed.partitions(inside, inside)  # Spark hands the last offset over first
+    changed.stop()
+    assert str(caught.value) == (
+        f"{uri}: the query's last micro-batch ended at file 2 of version 0, inside that "
+        'version, and was planned with other options: where "part <> \'a\'", now "part <> '
+        "'b'\"; the files of a version are counted under the options it is planned with, so "
+        "this position would fall elsewhere. Restart the query with the options it was "
+        "planned with until it has read past version 0, then change them; or start a new "
+        "query with a new checkpoint location and startingVersion=0 (the rows of the first 2 "
+        "file(s) of version 0 are delivered twice)"
+    )
+    same = reader_of(uri, **options)
+    boundary = same.latestOffset(inside, ReadMaxFiles(1))
+    assert (boundary["version"], boundary["index"]) == (1, 0)
+    delivered += ids(same, inside, boundary)
+    same.stop()
+    assert sorted(delivered) == [1, 2, 3]
+    # From a version's start, the new filter goes.
+    other = reader_of(uri, **{**options, "where": "part <> 'b'"})
+    end = other.latestOffset(boundary, ReadAllAvailable())
+    assert ids(other, boundary, end) == [0, 2, 3]
+    other.stop()
+
+
 def test_rate_limits_and_starts_may_change_between_runs(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     ten_files(uri)
@@ -276,6 +347,55 @@ def test_a_data_change_stops_a_plain_stream_after_the_versions_before_it(tmp_pat
     rest = ids(skipping, end, skipping.latestOffset(end, ReadAllAvailable()))
     skipping.stop()
     assert sorted(delivered + rest) == [0, 1, 2, *range(10, 30)]
+
+
+def test_a_version_without_change_data_stops_the_change_feed_after_the_versions_before_it(
+    tmp_path: Path,
+) -> None:
+    """A rewrite made while the change data feed was not in force stops a change-feed stream
+    before it; the advice (the same checkpoint with inferWithoutCdf) delivers the rest."""
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, batch(range(3)), configuration=CDF)
+    append(uri, 10)  # version 1
+    DeltaTable(uri).alter.set_table_properties({"delta.enableChangeDataFeed": "false"})  # v2
+    DeltaTable(uri).delete("id = 1")  # version 3: a rewrite without change data
+    append(uri, 20)  # version 4
+    options = {"startingVersion": "0", "readChangeFeed": "true"}
+    reader = reader_of(uri, **options)
+    begin = reader.initialOffset()
+    end = reader.latestOffset(begin, ReadAllAvailable())
+    assert (end["version"], end["index"]) == (3, 0)  # up to version 3, not past
+    delivered = ids(reader, begin, end)
+    with pytest.raises(ds.ChangeDataNotEnabledError) as caught:
+        reader.latestOffset(end, ReadAllAvailable())
+    reader.stop()
+    assert caught.value.versions == (3,)
+    assert str(caught.value).endswith(
+        "the Spark option inferWithoutCdf); the query stopped before it: restart it from the "
+        "same checkpoint with inferWithoutCdf=true to read on (nothing is lost or delivered "
+        "twice)"
+    )
+    assert delivered == [0, 1, 2, *range(10, 20)]
+    inferring = reader_of(uri, **options, inferWithoutCdf="true")
+    later = inferring.latestOffset(end, ReadAllAvailable())
+    assert later["rowOptions"] == {"readChangeFeed": "true", "inferWithoutCdf": "true"}
+    parts = inferring.partitions(end, later)
+    rows = sorted(
+        (r["id"], r["_change_type"], r["_commit_version"])
+        for p in parts
+        for b in inferring.read(p)
+        for r in b.to_pylist()
+    )
+    inferring.stop()
+    # Version 3 as the whole file's delete and the rest of it inserted again.
+    assert [r for r in rows if r[2] == 3] == [
+        (0, "delete", 3),
+        (0, "insert", 3),
+        (1, "delete", 3),
+        (2, "delete", 3),
+        (2, "insert", 3),
+    ]
+    assert [r[0] for r in rows if r[2] == 4] == list(range(20, 30))
 
 
 # Through Spark: the eight queries of ReplayCase.all (every start kind, the table and the

@@ -188,7 +188,13 @@ class TableFollower:
         if actions.metadata is not None:
             self._on_metadata(step)
         if step.lacks_change_data and not self.config.infer_without_cdf:
-            raise ChangeDataNotEnabledError(self._store.root_uri, [step.version])
+            raise ChangeDataNotEnabledError(
+                self._store.root_uri,
+                [step.version],
+                stopped="the stream stops before it, with every version before it delivered: "
+                "set infer_without_cdf and restart the stream to go on from its state (nothing "
+                "is lost or delivered twice)",
+            )
         return step.timestamp_ms
 
     def _on_metadata(self, step: CommitStep) -> None:
