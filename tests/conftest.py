@@ -446,23 +446,9 @@ def spark() -> Iterator[Any]:
     assert shutil.which("java") or os.environ.get("JAVA_HOME"), (
         "the Spark tests need Java 17 (java on PATH or JAVA_HOME)"
     )
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from local_spark import local_session
 
-    import deltastream.spark
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("deltastream-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    deltastream.spark.register(session)
+    session = local_session("deltastream-tests")
     try:
         yield session
     finally:

@@ -16,24 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from pyspark.sql import SparkSession
+from local_spark import local_session
 from spark_streams import ReplayCase, start_replay_query, started
-
-import deltastream.spark
 
 
 def main(uri: str, root: str, failure: str) -> None:
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("deltastream-replay-driver")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    deltastream.spark.register(spark)
+    spark = local_session("deltastream-replay-driver")
     for case in ReplayCase.all(uri, Path(root)):
         sink = case.failing_writer(failure)
         started(start_replay_query(spark, uri, case, sink, {"processingTime": "1 second"}))

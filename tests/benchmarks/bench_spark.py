@@ -36,6 +36,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests: local_spark
+from local_spark import local_session
+
 
 def build(table: Path, rows: int, files: int, *, partitioned: bool = False) -> None:
     """``rows`` rows in ``files`` appends, ``id`` ascending across files; ``partitioned``:
@@ -159,23 +162,11 @@ def main() -> None:
         print(f"writing {args.rows:,} rows in {args.files} files to {table} ...", file=sys.stderr)
         build(table, args.rows, args.files, partitioned=args.pushdown)
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     import deltastream
-    import deltastream.spark
 
     snapshot = deltastream.read_snapshot(str(table))
     paths = [str(table / p) for p in snapshot.files.column("path").to_pylist()]
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    deltastream.spark.register(spark)
+    spark = local_session("bench-spark", {"spark.driver.memory": "2g"})
     if args.pushdown:
         pushdown(spark, table, args.rows, args.files, args.repeat)
         spark.stop()

@@ -57,7 +57,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parent.parent))  # tests: spark_streams
+sys.path.insert(0, str(HERE.parent.parent))  # tests: spark_streams, local_spark
+from local_spark import local_session  # noqa: E402
 from spark_streams import kill_tree, process_tree, started  # noqa: E402
 
 STARTS = {"default": {}, "fixed": {"startingVersion": "0"}}
@@ -163,29 +164,11 @@ def start_query(spark: Any, uri: str, query: Query, trigger: dict[str, Any], **l
     return writer.trigger(**trigger).queryName(query.name.replace("-", "_")).start()
 
 
-def session(app: str) -> Any:
-    from pyspark.sql import SparkSession
-
-    import deltastream.spark
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    deltastream.spark.register(spark)
-    return spark
-
-
 def driver(spec: str) -> None:
     """The killed process: start the queries (in a random order; saying so once the first
     one started, which the kill's delay counts from), run until killed."""
     args = json.loads(Path(spec).read_text())
-    spark = session("deltastream-replay-soak")
+    spark = local_session("deltastream-replay-soak")
     queries = [Query(**q) for q in args["queries"]]
     random.shuffle(queries)
     for n, q in enumerate(queries):
@@ -288,7 +271,7 @@ def main() -> int:
         raise writer.error
     log(f"writer stopped at id {writer.next}; catching up")
 
-    spark = session("deltastream-replay-soak-check")
+    spark = local_session("deltastream-replay-soak-check")
     expected = Counter(DeltaTable(uri).to_pyarrow_table(columns=["id"]).column("id").to_pylist())
     totals: dict[tuple[str, str], Counter[str]] = {}
     failed = False

@@ -71,6 +71,9 @@ import benchlib
 import pyarrow as pa
 import pyarrow.compute as pc
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests: local_spark
+from local_spark import local_session
+
 CDF = {"delta.enableChangeDataFeed": "true"}
 SEED = 20261127
 DELTA_SOURCES = ("deltastream table", "deltastream change feed")
@@ -422,25 +425,7 @@ def backfill_run(spark: Any, make: Callable[[], Any], checkpoint: Path) -> dict[
 
 
 def start_spark() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    import deltastream.spark
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-spark-stream")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    deltastream.spark.register(spark)
-    return spark
+    return local_session("bench-spark-stream", {"spark.driver.memory": "2g"})
 
 
 def report_durations(durations: dict[str, float], unit: str = "ms") -> str:

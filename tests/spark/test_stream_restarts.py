@@ -15,7 +15,6 @@ pyspark in tests/spark_versions/test_smoke.py.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,15 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 from row_tracking_tables import history
 from spark_streams import (
     CDF,
+    START_KINDS,
+    STREAM_KINDS,
     ReplayCase,
     batch,
     commit_while_down,
     fail_first_batches,
     kill_in_first_batches,
     restart_and_check,
+    start_options,
     ten_versions,
 )
 
@@ -39,18 +41,6 @@ import deltastream as ds
 from deltastream.spark import SourceOptions
 from deltastream.spark.compat import ADMISSION_CONTROL
 from deltastream.spark.stream import StreamReader
-
-#: The start kinds, each starting the tables of ten_files() at: the snapshot of version 9,
-#: version 10 (latest), version 5 (a version, and a timestamp: version 5's).
-STARTS = ["snapshot", "latest", "version", "timestamp"]
-STREAMS = {"table": {}, "change_feed": {"readChangeFeed": "true"}}
-
-
-def ten_files(uri: str) -> None:
-    """Versions 0..9, a file of 10 rows each (ids 0..99), the change data feed on."""
-    write_deltalake(uri, batch(range(10)), configuration=CDF)
-    for v in range(1, 10):
-        append(uri, 10 * v)
 
 
 def append(uri: str, first: int) -> None:
@@ -63,31 +53,18 @@ def ids(reader: StreamReader, start: dict[str, Any], end: dict[str, Any]) -> lis
     return sorted(i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist())
 
 
-def start_options(uri: str, start: str) -> dict[str, str]:
-    if start == "latest":
-        return {"startingVersion": "latest"}
-    if start == "version":
-        return {"startingVersion": "5"}
-    if start == "timestamp":
-        at = ds.read_snapshot(uri, version=5).timestamp_ms
-        assert at is not None
-        iso = datetime.fromtimestamp(at / 1000, tz=UTC).isoformat(timespec="milliseconds")
-        return {"startingTimestamp": iso}
-    return {}
-
-
 def reader_of(uri: str, **options: str) -> StreamReader:
     return StreamReader(SourceOptions.parse({"path": uri, "maxFilesPerTrigger": "3", **options}))
 
 
-@pytest.mark.parametrize("stream", STREAMS)
-@pytest.mark.parametrize("start", STARTS)
+@pytest.mark.parametrize("stream", STREAM_KINDS)
+@pytest.mark.parametrize("start", START_KINDS)
 def test_a_replayed_first_micro_batch_reads_what_its_first_attempt_read(
     tmp_path: Path, start: str, stream: str
 ) -> None:
     uri = str(tmp_path / "t")
-    ten_files(uri)
-    options = {**start_options(uri, start), **STREAMS[stream]}
+    ten_versions(uri)
+    options = {**start_options(uri, start), **STREAM_KINDS[stream]}
     first = reader_of(uri, **options)
     begin = first.initialOffset()
     for v in range(10, 14):  # after the query started: "latest"'s first rows
@@ -122,7 +99,7 @@ def test_a_replayed_first_micro_batch_without_admission_control(tmp_path: Path) 
     micro-batch reads all there is (Trigger.AvailableNow is that one micro-batch there);
     replayed, it reads the same, and the next one goes on from its end."""
     uri = str(tmp_path / "t")
-    ten_files(uri)
+    ten_versions(uri)
     first = reader_of(uri)  # the snapshot first
     end = first.latestOffset()
     begin = first.initialOffset()
@@ -141,7 +118,7 @@ def test_a_replayed_first_micro_batch_without_admission_control(tmp_path: Path) 
 
 def test_a_replayed_micro_batch_under_other_row_options_is_refused(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
-    ten_files(uri)
+    ten_versions(uri)
     first = reader_of(uri, startingVersion="0", where="id >= 20")
     begin = first.initialOffset()
     end = first.latestOffset(begin, ReadMaxFiles(3))
@@ -242,7 +219,7 @@ def test_a_query_stopped_inside_a_version_goes_on_only_under_its_options(
 
 def test_rate_limits_and_starts_may_change_between_runs(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
-    ten_files(uri)
+    ten_versions(uri)
     first = reader_of(uri, startingVersion="0")
     begin = first.initialOffset()
     end = first.latestOffset(begin, ReadMaxFiles(3))
@@ -261,7 +238,7 @@ def test_offsets_logged_before_they_carried_the_start_still_read(tmp_path: Path)
     """An offset of a checkpoint written before ``queryStart`` and ``rowOptions``: read as
     before (the range from the start Spark gives)."""
     uri = str(tmp_path / "t")
-    ten_files(uri)
+    ten_versions(uri)
     reader = reader_of(uri, startingVersion="0")
     begin = reader.initialOffset()
     end = reader.latestOffset(begin, ReadMaxFiles(3))
@@ -278,7 +255,7 @@ def advice_version(message: str) -> str:
     return version
 
 
-@pytest.mark.parametrize("stream", STREAMS)
+@pytest.mark.parametrize("stream", STREAM_KINDS)
 def test_a_schema_change_stops_the_stream_after_the_versions_before_it(
     tmp_path: Path, stream: str
 ) -> None:
@@ -289,7 +266,7 @@ def test_a_schema_change_stops_the_stream_after_the_versions_before_it(
     write_deltalake(uri, batch(range(3)), configuration=CDF)
     for i in range(1, 4):
         append(uri, 10 * i)
-    options = {"startingVersion": "0", **STREAMS[stream]}
+    options = {"startingVersion": "0", **STREAM_KINDS[stream]}
     reader = reader_of(uri, **options)
     begin = reader.initialOffset()
     end = reader.latestOffset(begin, ReadAllAvailable())
