@@ -334,6 +334,17 @@ async def test_commits_removed_before_they_were_read_stop_the_stream(tmp_path: P
     with pytest.raises(MissingVersionsError, match=r"missing commit version\(s\) 3-5") as info:
         await run_expecting(follow(tmp_path, uri), Collector())
     assert info.value.missing == (3, 4, 5)
+    assert str(info.value).endswith(
+        "set on_missing_versions to 'resume-from-checkpoint' and restart the stream to go on "
+        "from the oldest checkpoint after them (the changes of the removed versions are not "
+        "delivered; nothing else is lost or delivered twice))"
+    )
+    # The advice, followed literally: the same stream goes on from the oldest commit after
+    # the removed ones (6; the table state from the checkpoint at 8).
+    collector = Collector()
+    skip = OnMissingVersions.RESUME_FROM_CHECKPOINT
+    await run_until_delivered(follow(tmp_path, uri, on_missing_versions=skip), collector, 8)
+    assert collector.counter() == expected_changes(uri, 6, 8)
 
 
 @pytest.mark.anyio

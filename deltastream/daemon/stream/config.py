@@ -93,6 +93,14 @@ class OnMissingVersions(enum.Enum):
     RESUME_FROM_CHECKPOINT = "resume-from-checkpoint"
 
 
+#: How a stream stopped by commits removed before it read them goes on, for its messages.
+SKIP_MISSING_VERSIONS = (
+    "set on_missing_versions to 'resume-from-checkpoint' and restart the stream to go on "
+    "from the oldest checkpoint after them (the changes of the removed versions are not "
+    "delivered; nothing else is lost or delivered twice)"
+)
+
+
 class OnMissingFile(enum.Enum):
     FAIL = "fail"
     SKIP = "skip"

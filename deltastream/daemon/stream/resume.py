@@ -16,7 +16,12 @@ import logging
 from dataclasses import dataclass
 
 from deltastream.daemon.delivery import Position
-from deltastream.daemon.stream.config import Mode, OnMissingVersions, TailConfig
+from deltastream.daemon.stream.config import (
+    SKIP_MISSING_VERSIONS,
+    Mode,
+    OnMissingVersions,
+    TailConfig,
+)
 from deltastream.daemon.stream.state import StateStore
 from deltastream.daemon.stream.table_follower import COMMIT_CHUNK, index_state
 from deltastream.errors import (
@@ -153,7 +158,7 @@ async def load_state(
                 f"{store.root_uri}/_delta_log",
                 range(max(target, 0), max(target, 0) + 1),
                 f"the stream needs version {target}, which the log cannot reconstruct "
-                f"any more: {e}",
+                f"any more: {e}; {SKIP_MISSING_VERSIONS}",
             ) from e
         return await resume_from_checkpoint(store, config.name, position.version)
     assert state.protocol is not None and state.metadata is not None

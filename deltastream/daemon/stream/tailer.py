@@ -57,6 +57,7 @@ from deltastream.daemon.crashpoints import crash_point
 from deltastream.daemon.delivery import HeldPosition, Position, Sink, StreamRef
 from deltastream.daemon.observability.metrics import TableMetrics
 from deltastream.daemon.stream.config import (  # defined there, re-exported here
+    SKIP_MISSING_VERSIONS,
     Mode,
     OnMissingFile,
     OnMissingVersions,
@@ -545,7 +546,9 @@ class Tailer:
             until = self._until
             return [f for f in found.commits if until is None or f.version <= until]
         error = found.missing_error(
-            self._store.root_uri, "removed from the log before the stream read them"
+            self._store.root_uri,
+            "removed from the log before the stream read them; the stream stops before them, "
+            f"with every version before them delivered: {SKIP_MISSING_VERSIONS}",
         )
         if self.config.on_missing_versions is OnMissingVersions.FAIL:
             raise error
