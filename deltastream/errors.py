@@ -49,7 +49,7 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 __all__ = [
@@ -262,6 +262,20 @@ INFER_WITHOUT_CDF = (
     "--infer-without-cdf (infer_without_cdf=True in Python, infer_without_cdf = true in the "
     "TOML, the Spark option inferWithoutCdf)"
 )
+
+def option_changes(recorded: Mapping[str, str], current: Mapping[str, str]) -> str:
+    """How option values ``current`` differ from ``recorded``, for messages: each option
+    whose value changed, old and new (``not set`` for one at its default)."""
+
+    def shown(value: str | None) -> str:
+        return "not set" if value is None else repr(value)
+
+    return "; ".join(
+        f"{name} {shown(recorded.get(name))}, now {shown(current.get(name))}"
+        for name in sorted(recorded.keys() | current.keys())
+        if recorded.get(name) != current.get(name)
+    )
+
 
 #: How a user lets a table's log name files outside the table root, for messages.
 ALLOW_EXTERNAL_PATHS = (

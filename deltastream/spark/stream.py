@@ -73,6 +73,7 @@ from deltastream.errors import (
     InvalidArgumentError,
     SchemaChangeError,
     TableReplacedError,
+    option_changes,
 )
 from deltastream.log.actions import Metadata, Protocol
 from deltastream.log.commit import LogActions
@@ -502,15 +503,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         current = self.source.row_options()
         if recorded is None or recorded == current:
             return None
-
-        def shown(value: str | None) -> str:
-            return "not set" if value is None else repr(value)
-
-        return "; ".join(
-            f"{name} {shown(recorded.get(name))}, now {shown(current.get(name))}"
-            for name in sorted(recorded.keys() | current.keys())
-            if recorded.get(name) != current.get(name)
-        )
+        return option_changes(recorded, current)
 
     def _followed(self) -> str:
         assert self._table_id is not None

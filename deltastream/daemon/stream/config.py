@@ -557,6 +557,19 @@ class TailConfig:
         given = self.max_rows_per_delivery
         return sink.rows_per_delivery if given is None else given
 
+    def row_options(self, sink: Sink) -> dict[str, str]:
+        """The options that decide which rows a version gives, by their names, as text
+        (those at their defaults left out; ``sink``: a mirror keyed on ``_row_id`` implies
+        row ids). A stream's state records them: a position inside a version counts its rows
+        as they produced them."""
+        values = {
+            "columns": ",".join(self.columns) if self.columns is not None else None,
+            "where": self.where,
+            "row_ids": "true" if self.row_ids or sink.row_ids else None,
+            "infer_without_cdf": "true" if self.infer_without_cdf else None,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
     @property
     def resolved_http_headers(self) -> dict[str, str]:
         """``http_headers`` with the environment variables in their values read."""

@@ -90,6 +90,10 @@ class StreamState:
     #: ``tail`` of the stream takes its lease there too (and is refused while a replica
     #: runs it).
     group: str = ""
+    #: The options that decided the rows of the stream's versions when it last started
+    #: (:func:`row_options`; ``None``: written before they were recorded). A position inside
+    #: a version counts rows as those options produced them.
+    row_options: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,6 +110,7 @@ class StreamState:
             "updated_ms": self.updated_ms,
             "epoch": self.epoch,
             "group": self.group,
+            "row_options": None if self.row_options is None else dict(self.row_options),
         }
 
     @classmethod
@@ -116,6 +121,7 @@ class StreamState:
                 raise CorruptFileError(source, f"unknown state format {value.get('format')!r}")
             snapshot = value.get("snapshot_version")
             round_end = value.get("round_end")
+            recorded = value.get("row_options")
             return cls(
                 table_uri=str(value["table_uri"]),
                 table_id=str(value["table_id"]),
@@ -129,6 +135,9 @@ class StreamState:
                 stream=str(value.get("stream", "")),
                 epoch=int(value.get("epoch", 0)),
                 group=str(value.get("group", "")),
+                row_options=None
+                if recorded is None
+                else {str(k): str(v) for k, v in dict(recorded).items()},
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptFileError(source, f"not a valid stream state: {e}") from None

@@ -75,7 +75,12 @@ from deltastream.daemon.stream.resume import (
 from deltastream.daemon.stream.state import StateStore, StreamState
 from deltastream.daemon.stream.table_follower import Progress, TableFollower
 from deltastream.daemon.stream.watcher import LogWatcher
-from deltastream.errors import InvalidArgumentError, SinkRecoveryError, TableReplacedError
+from deltastream.errors import (
+    InvalidArgumentError,
+    SinkRecoveryError,
+    TableReplacedError,
+    option_changes,
+)
 from deltastream.log.listing import list_log
 from deltastream.log.paths import LogFile
 from deltastream.log.segment import LogListing
@@ -308,6 +313,7 @@ class Tailer:
             self._guard = TableGuard(self._store, committed.table_id, self._remedy)
             await self._guard.verify(_read_through(committed.position))
             position = committed.position
+            self._check_row_options(committed)
         else:
             held = await self.sink.recover(self._stream_ref, None, {})
             if held is not None:
@@ -349,6 +355,7 @@ class Tailer:
                 base,
                 position=resumed.skipped_to or position,
                 sink_spec=self.sink.description,
+                row_options=cfg.row_options(self.sink),
                 snapshot_version=saved,
                 stream=cfg.name,
                 epoch=self._epoch,
@@ -368,6 +375,26 @@ class Tailer:
         self.started_at = taken.position
         if self._until_latest:
             self._until = await self._latest_version(taken.position)
+
+    def _check_row_options(self, committed: StreamState) -> None:
+        """Refuse to resume inside a version (a large version delivered in parts) under
+        other row options than those that produced its first rows: the position counts the
+        rows they gave (a filter keeps others, row ids derive a version's changes from its
+        actions instead of its cdc files), so it would fall elsewhere. At a version's start
+        they may change."""
+        position, recorded = committed.position, committed.row_options
+        current = self.config.row_options(self.sink)
+        if position.offset == 0 or recorded is None or recorded == current:
+            return
+        changed = option_changes(recorded, current)
+        raise InvalidArgumentError(
+            f"stream {self.config.name!r}: its last delivery ended inside version "
+            f"{position.version} (after {position.offset} of its rows), which it read with "
+            f"other options: {changed}; the position counts the rows those options gave, so "
+            "under these it would fall elsewhere. Restart the stream with the options it ran "
+            f"with until it has delivered version {position.version}, then change them; or "
+            f"{self._remedy}"
+        )
 
     async def _latest_version(self, position: Position) -> int:
         """The table's latest version now, for a run that ends there (at least the version
