@@ -292,3 +292,21 @@ def wait_for_output(
         assert proc.poll() is None, path.read_text()
         assert time.monotonic() < deadline, path.read_text()
         time.sleep(0.05)
+
+
+async def run_until_delivered(config: TailConfig, collector: Collector, version: int) -> Tailer:
+    """Run until every version up to ``version`` is delivered; errors propagate."""
+    tailer = Tailer(config, collector.sink())
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            await eventually(
+                lambda: tailer.position is not None and tailer.position >= Position(version + 1),
+                within=30,
+            )
+            tailer.stop()
+
+        tg.start_soon(watch)
+        await tailer.run()
+        tg.cancel_scope.cancel()
+    return tailer

@@ -25,9 +25,9 @@ from tailing import (
     batch,
     change_key,
     create_table,
-    eventually,
     expected_changes,
     fast,
+    run_until_delivered,
 )
 
 from deltastream.daemon.delivery import Position
@@ -60,24 +60,6 @@ def follow(tmp_path: Path, uri: str, **changes: Any) -> TailConfig:
         ),
         **changes,
     )
-
-
-async def run_until_delivered(config: TailConfig, collector: Collector, version: int) -> Tailer:
-    """Run until every version up to ``version`` is delivered; errors propagate."""
-    tailer = Tailer(config, collector.sink())
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            await eventually(
-                lambda: tailer.position is not None and tailer.position >= Position(version + 1),
-                within=30,
-            )
-            tailer.stop()
-
-        tg.start_soon(watch)
-        await tailer.run()
-        tg.cancel_scope.cancel()
-    return tailer
 
 
 async def run_expecting(config: TailConfig, collector: Collector) -> Tailer:

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 from deltalake import write_deltalake
-from tailing import Collector, batch, eventually, fast
+from tailing import Collector, batch, fast, run_until_delivered
 
 from deltastream.daemon.delivery import Delivery, Position
 from deltastream.daemon.sinks import CallbackSink
@@ -36,25 +36,6 @@ def stream(tmp_path: Path, uri: str, where: str) -> TailConfig:
 def recorded(tmp_path: Path) -> object:
     """The row options the stream's state records."""
     return json.loads((tmp_path / "state" / POSITION_KEY).read_text())["row_options"]
-
-
-async def run_to(config: TailConfig, collector: Collector, version: int) -> Tailer:
-    """Run until every version up to ``version`` is delivered."""
-    tailer = Tailer(config, collector.sink())
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            await eventually(
-                lambda: tailer.position is not None and tailer.position >= Position(version + 1),
-                within=30,
-            )
-            tailer.stop()
-
-        tg.start_soon(watch)
-        with anyio.fail_after(30):
-            await tailer.run()
-        tg.cancel_scope.cancel()
-    return tailer
 
 
 @pytest.mark.anyio
@@ -95,12 +76,12 @@ async def test_a_stream_stopped_inside_a_version_resumes_only_under_its_row_opti
 
     # Under its options the stream delivers the rest of version 0, once.
     rest = Collector()
-    await run_to(stream(tmp_path, uri, "id >= 2"), rest, 0)
+    await run_until_delivered(stream(tmp_path, uri, "id >= 2"), rest, 0)
     assert sorted(first + [r["id"] for r in rest.rows]) == list(range(2, 10))
 
     # At version 1's start, another filter goes (and is recorded).
     write_deltalake(uri, batch(range(10, 20)), mode="append", partition_by=["part"])
     later = Collector()
-    await run_to(stream(tmp_path, uri, "id >= 15"), later, 1)
+    await run_until_delivered(stream(tmp_path, uri, "id >= 15"), later, 1)
     assert sorted(r["id"] for r in later.rows) == list(range(15, 20))
     assert recorded(tmp_path) == {"where": "id >= 15"}
