@@ -263,6 +263,7 @@ INFER_WITHOUT_CDF = (
     "TOML, the Spark option inferWithoutCdf)"
 )
 
+
 def option_changes(recorded: Mapping[str, str], current: Mapping[str, str]) -> str:
     """How option values ``current`` differ from ``recorded``, for messages: each option
     whose value changed, old and new (``not set`` for one at its default)."""
