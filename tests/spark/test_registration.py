@@ -15,6 +15,14 @@ installed once. pyspark and the other dependencies come from pip's configured in
 (normally from pip's cache). Each check runs in a directory of its own, without
 ``PYTHONPATH`` or ``PYSPARK_PYTHON`` (Spark's workers run ``python3`` from ``PATH``: the
 virtualenv's): neither the working directory nor this environment can lend the package.
+
+The virtualenv is kept between runs (``readme-install`` in tests/ci_cache.py's directory),
+as the Spark smoke suites' are: pyspark and its kin are about 900 MB, and installing them
+took most of this test's four minutes. A run whose stamp (this Python, pyproject.toml's
+dependencies) differs from the kept one's starts from a new, empty virtualenv and installs
+everything from the index, as a new user would; otherwise deltastream is uninstalled first,
+so that README's lines install it again, as written, beside the dependencies they
+installed before.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ci_cache import locked, stamp
 from conftest import CORPORA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +135,7 @@ def check(cwd: Path, env: dict[str, str], *, connect: bool) -> dict[str, object]
 
 def test_readme_install_lines_let_spark_find_the_format(tmp_path: Path) -> None:
     lines = checkout_lines()
-    checkout, venv, elsewhere = tmp_path / "checkout", tmp_path / "venv", tmp_path / "run"
+    checkout, elsewhere = tmp_path / "checkout", tmp_path / "run"
     checkout.mkdir()
     elsewhere.mkdir()
     for name in SOURCES:
@@ -135,20 +144,38 @@ def test_readme_install_lines_let_spark_find_the_format(tmp_path: Path) -> None:
             shutil.copytree(ROOT / name, checkout / name, ignore=ignore)
         else:
             shutil.copy2(ROOT / name, checkout / name)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    env = {k: v for k, v in os.environ.items() if k not in UNSET}
-    env |= {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"}
-    try:
-        for line in lines:
-            run(["bash", "-c", line], checkout, env)
-            editable = " -e " in f" {line} "
-            home = checkout if editable else venv
-            result = check(elsewhere, env, connect=not editable)
-            assert result["classic"] == ROWS, (line, result)
-            if not editable:
-                assert result["connect"] == ROWS, (line, result)
-                assert result["session"] == "pyspark.sql.connect.session", (line, result)
-            assert result["listed"], (line, result)
-            assert str(result["deltastream"]).startswith(str(home)), (line, result)
-    finally:
-        shutil.rmtree(venv, ignore_errors=True)  # pyspark and its kin: about 900 MB
+    with locked("readme-install") as venv:
+        ready = venv / ".deltastream-stamp"
+        kept = ready.is_file() and ready.read_text() == stamp("readme-install")
+        ready.unlink(missing_ok=True)  # written again once the lines have passed
+        env = {k: v for k, v in os.environ.items() if k not in UNSET}
+        env |= {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"}
+        if kept:
+            # The last run's deltastream (editable, from a checkout now gone, or copied);
+            # then it must not import (run elsewhere: a checkout's directory would lend it).
+            run(["python", "-m", "pip", "uninstall", "-q", "-y", "deltastream"], elsewhere, env)
+            probe = ["python", "-c", "import deltastream"]
+            gone = subprocess.run(probe, cwd=elsewhere, env=env, capture_output=True)
+            kept = gone.returncode != 0
+        if not kept:
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        run_lines(lines, checkout, venv, elsewhere, env)
+        ready.write_text(stamp("readme-install"))
+
+
+def run_lines(
+    lines: list[str], checkout: Path, venv: Path, elsewhere: Path, env: dict[str, str]
+) -> None:
+    """Each install line in ``checkout`` with ``venv`` activated (``env``), then the checks."""
+    for line in lines:
+        run(["bash", "-c", line], checkout, env)
+        editable = " -e " in f" {line} "
+        home = checkout if editable else venv
+        result = check(elsewhere, env, connect=not editable)
+        assert result["classic"] == ROWS, (line, result)
+        if not editable:
+            assert result["connect"] == ROWS, (line, result)
+            assert result["session"] == "pyspark.sql.connect.session", (line, result)
+        assert result["listed"], (line, result)
+        assert str(result["deltastream"]).startswith(str(home)), (line, result)
