@@ -22,7 +22,10 @@ What keeps restarts cheap as the table grows: the table stays small (deletes rem
 seventh of the rows every ten steps; compaction merges the small files), and a restarted
 stream rebuilds the table's state from its own latest snapshot (``every1`` streams) or from
 the table's newest Delta checkpoint, which the writer writes every ten steps (default
-streams), replaying at most a few commits either way; neither replays the log from 0.
+streams), replaying at most a few commits either way; neither replays the log from 0. And
+each run that is killed is forked from a forkserver that has imported deltastream
+(:func:`fork_daemon`), not started as a new interpreter; the final run is a process of its
+own (:func:`start_daemon`).
 """
 
 from __future__ import annotations
