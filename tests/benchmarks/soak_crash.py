@@ -13,8 +13,12 @@ in a Delta table) and a delta merge mirror (``?mode=merge&key=id``), and a Postg
 log and mirror (``postgresql://...?table=soak_changes``,
 ``?table=soak_mirror&mode=merge&key=id``) on a throwaway PostgreSQL server
 (``tests/postgres_server.py``; Debian's ``postgresql``). Each process is SIGKILLed a uniform
-``--min-delay``..``--max-delay`` seconds after its streams started (seeded), and restarted.
-Then a last run catches up, is stopped with SIGTERM (it must exit 0 within 10 s), and each
+``--min-delay``..``--max-delay`` seconds after its streams started (seeded), and restarted:
+forked from a forkserver that has imported deltastream, running the CLI's ``serve`` (it
+starts in tens of milliseconds, and leaves on disk what a killed ``deltastream serve``
+process would), or with ``--no-fork`` a new ``python -m deltastream serve`` process each
+time. Then a last run, a ``python -m deltastream serve`` process either way, catches up, is
+stopped with SIGTERM (it must exit 0 within 10 s), and each
 sink's rows are compared with ``deltalake``'s ``load_cdf`` as multisets of (_commit_version,
 _change_type, id, name, part); the mirrors' rows with the table's snapshot at its last version,
 as a multiset of (id, name, part).
@@ -23,10 +27,11 @@ Prints, per stream: kills, versions, rows expected and delivered, lost, repeated
 many kills landed inside a version. Exit status 1 if a row was lost or repeated, a temporary
 file (``.*.tmp``) was left in a parquet directory, or the daemon exited by itself (its log's
 tail is printed). The scenario lives in ``tests/daemon/crashsoak.py`` (``test_crash.py``
-runs it with 30 kills).
+runs it with 20 kills).
 
-Run: ``python tests/benchmarks/soak_crash.py`` (about 1.8 s per kill on 2 cores, start-up
-included: 1,000 kills take about half an hour).
+Run: ``python tests/benchmarks/soak_crash.py`` (with ``--no-fork``, about 1.8 s per kill on 2
+cores, start-up included: 1,000 kills took about half an hour; forked, about a second less
+per kill).
 """
 
 from __future__ import annotations
@@ -72,6 +77,14 @@ def main() -> int:
     )
     parser.add_argument("--progress-every", type=int, default=50, help="kills (0: quiet)")
     parser.add_argument(
+        "--no-fork",
+        dest="fork",
+        action="store_false",
+        help="start each run that is killed as a new python -m deltastream serve process, "
+        "not forked from a forkserver that has imported deltastream (an interpreter's "
+        "start-up per kill)",
+    )
+    parser.add_argument(
         "--dir",
         type=Path,
         help="work directory (new or empty; kept); default: a temporary one, removed "
@@ -91,6 +104,7 @@ def main() -> int:
         poll_interval=args.poll_interval,
         catch_up_timeout=args.catch_up_timeout,
         progress_every=args.progress_every,
+        fork=args.fork,
     )
     if args.dir is not None:
         if args.dir.exists() and any(args.dir.iterdir()):

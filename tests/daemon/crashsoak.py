@@ -22,12 +22,19 @@ What keeps restarts cheap as the table grows: the table stays small (deletes rem
 seventh of the rows every ten steps; compaction merges the small files), and a restarted
 stream rebuilds the table's state from its own latest snapshot (``every1`` streams) or from
 the table's newest Delta checkpoint, which the writer writes every ten steps (default
-streams), replaying at most a few commits either way; neither replays the log from 0.
+streams), replaying at most a few commits either way; neither replays the log from 0. And
+each run that is killed is forked from a forkserver that has imported deltastream
+(:func:`fork_daemon`), not started as a new interpreter; the final run is a process of its
+own (:func:`start_daemon`).
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
+import multiprocessing.process
 import os
 import random
 import re
@@ -40,12 +47,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from postgres_server import postgres_server
 from tailing import Row, Writer, change_key, create_table, expected_changes
+
+from deltastream.daemon.crashpoints import CRASH_ENV
 
 __all__ = [
     "KINDS",
@@ -53,11 +62,13 @@ __all__ = [
     "SoakOptions",
     "SoakResult",
     "StreamResult",
+    "fork_daemon",
     "format_report",
     "position",
     "read_position",
     "run_soak",
     "start_daemon",
+    "start_forkserver",
 ]
 
 #: The writer's cycle of ten steps: nine commits (one of them a compaction) and a checkpoint.
@@ -129,6 +140,10 @@ class SoakOptions:
     catch_up_timeout: float = 300.0
     #: A progress line every this many kills (0: none).
     progress_every: int = 50
+    #: Fork each run that is killed from a forkserver that has imported deltastream
+    #: (:func:`fork_daemon`), rather than start a new interpreter (:func:`start_daemon`, as
+    #: the final run always does). Either is killed with SIGKILL as ``deltastream serve``.
+    fork: bool = True
 
     def writer_interval(self) -> float:
         if self.interval is not None:
@@ -191,7 +206,18 @@ class SoakResult:
         )
 
 
+class Daemon(Protocol):
+    """A running ``deltastream serve``: a :class:`subprocess.Popen` or a :class:`ForkedDaemon`."""
+
+    def poll(self) -> int | None: ...
+
+    def send_signal(self, sig: int, /) -> None: ...
+
+    def wait(self) -> int: ...
+
+
 def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``python -m deltastream serve``, as a process of its own (a new interpreter)."""
     with open(log, "ab") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "deltastream", "serve", "--config", str(config)],
@@ -199,6 +225,96 @@ def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
             stderr=err,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+
+
+class ForkedDaemon:
+    """``deltastream serve`` in a child forked from a forkserver (:func:`fork_daemon`), with
+    what :class:`Daemon` needs of a :class:`subprocess.Popen`."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
+        self.process = process
+        self.status: int | None = None
+
+    def poll(self) -> int | None:
+        if self.status is None:
+            self.status = self.process.exitcode
+            if self.status is not None:
+                self.process.close()  # its pipes: a soak forks a thousand of these
+        return self.status
+
+    def send_signal(self, sig: int, /) -> None:
+        if self.poll() is None:  # not reaped yet, so the pid is still the child's
+            os.kill(self.process.pid or 0, sig)
+
+    def wait(self) -> int:
+        if self.status is None:
+            self.process.join()
+        status = self.poll()
+        assert status is not None
+        return status
+
+
+#: What the forkserver imports once, so that each forked daemon does not: the CLI and what
+#: ``serve`` imports only once it runs (seen in ``sys.modules`` of a forked daemon: the
+#: metrics and HTTP server's aiohttp and prometheus_client, inotify, pyarrow's acero,
+#: deltalake's file systems); and what ``crashpoint_child`` preloads, since a process has
+#: one forkserver, started with the list of whichever module starts it first.
+_PRELOAD = [
+    "crashsoak",
+    "deltastream.cli",
+    "deltastream.daemon.service.server",
+    "deltastream.daemon.observability.metrics_exposition",
+    "deltastream.storage.inotify",
+    "deltastream.daemon.sinks",
+    "deltastream.daemon.stream.tailer",
+    "deltastream.daemon.stream.reset",
+    "anyio._backends._asyncio",
+    "anyio._core._signals",
+    "pyarrow.acero",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "deltalake",
+    "deltalake.fs",
+    "psycopg",
+    "crashpoint_child",
+]
+
+_context: multiprocessing.context.ForkServerContext | None = None
+
+
+def start_forkserver() -> multiprocessing.context.ForkServerContext:
+    """The forkserver :func:`fork_daemon` forks from, started if it is not running: it
+    imports its modules meanwhile (about a second), so the soak starts it first."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(_PRELOAD)
+    multiprocessing.forkserver.ensure_running()
+    return _context
+
+
+def fork_daemon(config: Path, log: Path) -> ForkedDaemon:
+    """``deltastream serve`` in a child forked from a forkserver that has imported
+    deltastream: it starts in tens of milliseconds, where a new interpreter takes 1-2 s of
+    CPU (several on a loaded machine) to import pyarrow, deltalake, psycopg... It runs the
+    CLI's own entry point, so once SIGKILLed it leaves on disk (and in PostgreSQL) what a
+    killed ``deltastream serve`` process would: all a crash test can see."""
+    process = start_forkserver().Process(target=_serve_child, args=(str(config), str(log)))
+    process.start()
+    return ForkedDaemon(process)
+
+
+def _serve_child(config: str, log: str) -> None:
+    """The forked child: ``deltastream serve --config config``, its stdout discarded and its
+    stderr appended to ``log``, as :func:`start_daemon` does for a process."""
+    os.environ.pop(CRASH_ENV, None)  # no crash point armed, whatever the forkserver inherited
+    for fd, path, flags in ((1, os.devnull, 0), (2, log, os.O_APPEND | os.O_CREAT)):
+        target = os.open(path, os.O_WRONLY | flags, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    from deltastream.cli import main
+
+    main(["serve", "--config", config])  # exits (SystemExit: the child's exit status)
 
 
 #: Seconds a daemon may take to start its streams before the soak reports it.
@@ -219,7 +335,7 @@ class Started:
 
 
 def wait_until_started(
-    proc: subprocess.Popen[bytes],
+    proc: Daemon,
     logtail: LogTail,
     states: dict[str, Path],
     last: dict[str, tuple[int, int] | None],
@@ -387,11 +503,17 @@ def mirror_key(row: dict[str, Any]) -> Row:
 
 
 def run_soak(
-    root: Path, options: SoakOptions, progress: Callable[[str], None] | None = None
+    root: Path,
+    options: SoakOptions,
+    progress: Callable[[str], None] | None = None,
+    pg_url: str | None = None,
 ) -> SoakResult:
     """Run the soak under ``root`` (an empty directory) and return what it found; it raises
-    only on errors of its own (the table cannot be created, ...). A PostgreSQL server runs
-    for the soak's PostgreSQL sinks meanwhile."""
+    only on errors of its own (the table cannot be created, ...). The PostgreSQL sinks write
+    into ``pg_url`` (a new, empty database); without it, into a PostgreSQL server started
+    for the soak."""
+    if pg_url is not None:
+        return _run_soak(root, options, progress, pg_url)
     with postgres_server() as server:
         return _run_soak(root, options, progress, server.url(server.create_database("soak")))
 
@@ -399,6 +521,8 @@ def run_soak(
 def _run_soak(
     root: Path, options: SoakOptions, progress: Callable[[str], None] | None, pg_url: str
 ) -> SoakResult:
+    if options.fork:
+        start_forkserver()  # it imports deltastream while the table is created
     root.mkdir(parents=True, exist_ok=True)
     uri = str(root / "table")
     create_table(uri, rows=options.initial_rows)
@@ -428,10 +552,10 @@ def _run_soak(
     logtail = LogTail(log)
     t0 = time.monotonic()
     thread.start()
-    proc: subprocess.Popen[bytes] | None = None
+    proc: Daemon | None = None
     try:
         while result.kills < options.kills:
-            proc = start_daemon(config, log)
+            proc = fork_daemon(config, log) if options.fork else start_daemon(config, log)
             # The kill window opens once every stream has started (a busy machine can take
             # longer to start the daemon than the window is long: kills then land before
             # any work, and test nothing the crash-point matrix does not).
@@ -447,10 +571,10 @@ def _run_soak(
             allowance.release(int(granted))
             granted -= int(granted)
             time.sleep(rng.uniform(options.min_delay, options.max_delay))
-            if proc.poll() is not None:
+            status = proc.poll()
+            if status is not None:
                 result.problems.append(
-                    f"the daemon exited by itself (status {proc.returncode}) after "
-                    f"{result.kills} kills"
+                    f"the daemon exited by itself (status {status}) after {result.kills} kills"
                 )
                 break
             proc.send_signal(signal.SIGKILL)
@@ -468,7 +592,7 @@ def _run_soak(
                 progress(progress_line(result, writer, states, time.monotonic() - t0))
     finally:
         if proc is not None and proc.poll() is None:  # interrupted (^C, ...)
-            proc.kill()
+            proc.send_signal(signal.SIGKILL)
             proc.wait()
         writer.stop()
         thread.join()

@@ -6,26 +6,32 @@ once: nothing lost, nothing repeated (a Delta change log too), and a Delta merge
 exactly the table's rows at its last version.
 
 The scenario is ``crashsoak.run_soak``; ``tests/benchmarks/soak_crash.py`` runs it at scale
-(1,000 kills)."""
+(1,000 kills). Each run that is killed is forked from a forkserver that has imported
+deltastream (``crashsoak.fork_daemon``: tens of milliseconds, not an interpreter's start-up);
+the final run is a ``python -m deltastream serve`` process of its own."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from crashsoak import SoakOptions, format_report, run_soak
+from postgres_server import PostgresServer
 
-#: Each kill waits for the daemon's start-up (1-2 s alone, several times that on a loaded
-#: machine); the soak script runs 1,000.
+#: Each kill waits for the daemon's streams to start, then 0.2-1.5 s; the soak script runs
+#: 1,000.
 KILLS = 20
 
 
-def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path: Path) -> None:
+def test_sigkill_at_random_moments_loses_and_repeats_nothing(
+    tmp_path: Path, postgres: PostgresServer
+) -> None:
     # A busier writer than the soak's, and a delivery per row: in a short run the daemon
     # falls behind a little and spends most of its time inside versions, so kills land
     # there (with 3 rows a delivery, 0 to 12 of 120 stream kills did: too few to be sure of
     # one; with 1, 12 to 17).
     options = SoakOptions(kills=KILLS, versions_per_kill=5, max_rows_per_delivery=1)
-    result = run_soak(tmp_path, options)
+    # The session's PostgreSQL server (a new database), not one started for the soak.
+    result = run_soak(tmp_path, options, pg_url=postgres.url(postgres.create_database("soak")))
     report = format_report(result)
     assert not result.problems, f"{report}\n--- daemon log ---\n{result.log_tail}"
     assert result.kills == KILLS
