@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -153,10 +154,15 @@ class ReplayCase:
     mixed_failure: str
 
     @classmethod
-    def all(cls, uri: str, root: Path) -> list[ReplayCase]:
+    def all(
+        cls, uri: str, root: Path, streams: Collection[str] = tuple(STREAM_KINDS)
+    ) -> list[ReplayCase]:
+        """The cases of every start kind, of the stream kinds ``streams`` (both by default)."""
         cases = []
         for kind in START_KINDS:
             for stream, options in STREAM_KINDS.items():
+                if stream not in streams:
+                    continue
                 name = f"{kind}-{stream}"
                 cases.append(
                     cls(
@@ -282,7 +288,7 @@ def restart_and_check(
     assert not problems, problems
 
 
-#: The driver program of kill_in_first_batches (a script: a process has one SparkContext).
+#: The driver program of killed_in_first_batches (a script: a process has one SparkContext).
 REPLAY_DRIVER = Path(__file__).with_name("spark_replay_driver.py")
 
 
@@ -312,28 +318,47 @@ def kill_tree(pid: int) -> None:
             os.kill(each, signal.SIGKILL)
 
 
-def kill_in_first_batches(
-    uri: str, root: Path, failure: str = "block", python: str = sys.executable
-) -> None:
-    """Run every ReplayCase's query in a driver process of its own (REPLAY_DRIVER) until
-    each has failed in its first micro-batch, offsets logged (``failure``: ``"block"``, or
-    ``"mixed"``: half of them raise), then kill -9 the driver's process tree."""
-    cases = ReplayCase.all(uri, root)
+@contextlib.contextmanager
+def killed_in_first_batches(
+    uri: str,
+    root: Path,
+    failure: str = "block",
+    streams: Collection[str] = tuple(STREAM_KINDS),
+    python: str = sys.executable,
+) -> Iterator[list[ReplayCase]]:
+    """Run the ReplayCase queries of ``streams`` in a driver process of its own
+    (REPLAY_DRIVER) until each has failed in its first micro-batch, offsets logged
+    (``failure``: ``"block"``, or ``"mixed"``: the table streams raise), then kill -9 the
+    driver's process tree. The driver is started on entry and the body runs while it starts
+    its JVM and queries (seconds in which this process would only wait); on exit, once the
+    body is done, every marker is awaited and the tree killed. Yields the driver's cases.
+    Both start their queries one at a time (``started``), so at most two sources' Python
+    processes start at once."""
+    cases = ReplayCase.all(uri, root, streams)
     log = root / "driver.log"
     root.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
         driver = subprocess.Popen(
-            [python, str(REPLAY_DRIVER), uri, str(root), failure],
+            [python, str(REPLAY_DRIVER), uri, str(root), failure, ",".join(streams)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
         )
     try:
+        yield cases
         deadline = time.monotonic() + 600
         while not all(Path(case.marker).exists() for case in cases):
             assert driver.poll() is None, f"the driver exited:\n{log.read_text()[-5000:]}"
             assert time.monotonic() < deadline, f"no first batches:\n{log.read_text()[-5000:]}"
-            time.sleep(0.5)
+            time.sleep(0.1)
     finally:
         kill_tree(driver.pid)
         driver.wait(60)
+
+
+def kill_in_first_batches(
+    uri: str, root: Path, failure: str = "block", python: str = sys.executable
+) -> None:
+    """killed_in_first_batches of every ReplayCase, with nothing to do meanwhile."""
+    with killed_in_first_batches(uri, root, failure, python=python):
+        pass

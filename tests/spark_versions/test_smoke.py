@@ -37,8 +37,9 @@ from spark_streams import (
     commit,
     commit_while_down,
     delivered,
+    fail_first_batches,
     keys,
-    kill_in_first_batches,
+    killed_in_first_batches,
     restart_and_check,
     run_available_now,
     start_stream,
@@ -221,11 +222,14 @@ def wait_for(query: Any, out: Path, expected: pa.Table, timeout: float = 180) ->
 def test_first_micro_batches_failed_or_killed_are_replayed_as_logged(
     spark: Any, tmp_path: Path
 ) -> None:
-    """The table streams' first micro-batches raise in ``foreachBatch``, the change-feed
-    streams' block until the driver's process tree is killed (tests/spark_replay_driver.py);
-    restarted after a commit here."""
+    """The table streams' first micro-batches raise in ``foreachBatch`` here while the
+    change-feed streams' block in a driver of their own until its process tree is killed
+    (tests/spark_replay_driver.py, starting meanwhile); restarted after a commit here."""
     uri = str(tmp_path / "t")
     ten_versions(uri)
-    kill_in_first_batches(uri, tmp_path / "queries", "mixed")
+    root = tmp_path / "queries"
+    failed = ReplayCase.all(uri, root, ["table"])
+    with killed_in_first_batches(uri, root, "block", ["change_feed"]) as killed:
+        fail_first_batches(spark, uri, failed)
     commit_while_down(uri)
-    restart_and_check(spark, uri, ReplayCase.all(uri, tmp_path / "queries"), ADMISSION_CONTROL)
+    restart_and_check(spark, uri, failed + killed, ADMISSION_CONTROL)
