@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import multiprocessing.context
 import os
 import sys
 import traceback
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import preloaded_forkserver
 
 from deltastream.daemon.crashpoints import CRASH_ENV
 from deltastream.daemon.delivery import Delivery, Sink
@@ -137,29 +137,9 @@ def _child(job: Job) -> None:
     os._exit(0)
 
 
-_context: multiprocessing.context.ForkServerContext | None = None
-
-
 def start_job(job: Job) -> multiprocessing.process.BaseProcess:
     """Start ``job`` in a child process (see :func:`run_job`) and return it, running."""
-    global _context
-    if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(
-            [
-                "crashpoint_child",
-                "deltastream.daemon.stream.tailer",
-                "deltastream.daemon.sinks",
-                "deltastream.daemon.stream.reset",
-                # What a run would otherwise import for itself, each time (measured: about
-                # 30 ms of a jsonl run's 90; the delta and PostgreSQL sinks' clients more).
-                "anyio._backends._asyncio",
-                "pyarrow.dataset",
-                "deltalake",
-                "psycopg",
-            ]
-        )
-    process = _context.Process(target=_child, args=(job,))
+    process = preloaded_forkserver.context().Process(target=_child, args=(job,))
     process.start()
     return process
 

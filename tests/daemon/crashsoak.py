@@ -31,9 +31,7 @@ own (:func:`start_daemon`).
 from __future__ import annotations
 
 import json
-import multiprocessing
 import multiprocessing.context
-import multiprocessing.forkserver
 import multiprocessing.process
 import os
 import random
@@ -49,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import preloaded_forkserver
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from postgres_server import postgres_server
@@ -254,43 +253,10 @@ class ForkedDaemon:
         return status
 
 
-#: What the forkserver imports once, so that each forked daemon does not: the CLI and what
-#: ``serve`` imports only once it runs (seen in ``sys.modules`` of a forked daemon: the
-#: metrics and HTTP server's aiohttp and prometheus_client, inotify, pyarrow's acero,
-#: deltalake's file systems); and what ``crashpoint_child`` preloads, since a process has
-#: one forkserver, started with the list of whichever module starts it first.
-_PRELOAD = [
-    "crashsoak",
-    "deltastream.cli",
-    "deltastream.daemon.service.server",
-    "deltastream.daemon.observability.metrics_exposition",
-    "deltastream.storage.inotify",
-    "deltastream.daemon.sinks",
-    "deltastream.daemon.stream.tailer",
-    "deltastream.daemon.stream.reset",
-    "anyio._backends._asyncio",
-    "anyio._core._signals",
-    "pyarrow.acero",
-    "pyarrow.dataset",
-    "pyarrow.parquet",
-    "deltalake",
-    "deltalake.fs",
-    "psycopg",
-    "crashpoint_child",
-]
-
-_context: multiprocessing.context.ForkServerContext | None = None
-
-
 def start_forkserver() -> multiprocessing.context.ForkServerContext:
-    """The forkserver :func:`fork_daemon` forks from, started if it is not running: it
-    imports its modules meanwhile (about a second), so the soak starts it first."""
-    global _context
-    if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(_PRELOAD)
-    multiprocessing.forkserver.ensure_running()
-    return _context
+    """The forkserver :func:`fork_daemon` forks from (``preloaded_forkserver``), started if
+    it is not running: it imports its modules meanwhile, so the soak starts it first."""
+    return preloaded_forkserver.context(start=True)
 
 
 def fork_daemon(config: Path, log: Path) -> ForkedDaemon:
