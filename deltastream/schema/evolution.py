@@ -26,17 +26,9 @@ from deltastream.schema.model import (
     StructField,
     StructType,
 )
+from deltastream.schema.widening import supported_change
 
 __all__ = ["SchemaChange", "SchemaChangeKind", "classify_schema_change", "schema_problem"]
-
-# Type changes a reader can follow by casting older files to the newer type.
-_INTEGERS = ("byte", "short", "integer", "long")
-_WIDENINGS = {
-    ("byte", "short"), ("byte", "integer"), ("byte", "long"),
-    ("short", "integer"), ("short", "long"), ("integer", "long"),
-    ("float", "double"), ("byte", "double"), ("short", "double"), ("integer", "double"),
-    ("date", "timestamp_ntz"),
-}  # fmt: skip
 
 
 def _identity(f: StructField, mode: ColumnMappingMode, other: ColumnMappingMode) -> str | int:
@@ -54,17 +46,17 @@ def _file_name(f: StructField, mode: ColumnMappingMode, other: ColumnMappingMode
 
 
 def widens(old: DataType, new: DataType) -> bool:
-    """Whether values of ``old`` can be read as ``new`` by casting (type widening)."""
+    """Whether values of ``old`` can be read as ``new`` by casting: the same type, or one
+    of the protocol's type widenings (:func:`~deltastream.schema.widening.supported_change`,
+    where that list lives)."""
     if old == new:
         return True
-    if isinstance(old, PrimitiveType) and isinstance(new, PrimitiveType):
-        return (old.name, new.name) in _WIDENINGS
-    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
-        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
-    if isinstance(old, PrimitiveType) and isinstance(new, DecimalType) and old.name in _INTEGERS:
-        digits = {"byte": 3, "short": 5, "integer": 10, "long": 20}[old.name]
-        return new.precision - new.scale >= digits
-    return False
+    primitive = (PrimitiveType, DecimalType)
+    return (
+        isinstance(old, primitive)
+        and isinstance(new, primitive)
+        and supported_change(str(old), str(new))
+    )
 
 
 class SchemaChangeKind(enum.Enum):
