@@ -372,7 +372,7 @@ def test_which_failures_are_retried() -> None:
     import psycopg
     import psycopg.errors as pe
 
-    from deltastream.daemon.sinks.postgresql import _transient_cause
+    from deltastream.daemon.sinks.failures import transient_cause as _transient_cause
 
     retried = [
         psycopg.OperationalError("connection to server at ... failed: Connection refused"),

@@ -103,6 +103,7 @@ from deltastream.daemon.sinks.common import (
     _reset_hint,
     log,
 )
+from deltastream.daemon.sinks.failures import RetryableConflict, transient_cause
 from deltastream.daemon.sinks.mirror import (
     ADDED_FIRST,
     DELETE,
@@ -111,7 +112,6 @@ from deltastream.daemon.sinks.mirror import (
     mirror_changes,
 )
 from deltastream.errors import (
-    DeltaStreamError,
     InvalidArgumentError,
     SinkError,
     SinkFencedError,
@@ -657,7 +657,7 @@ class DeltaSink(Sink):
             try:
                 await anyio.to_thread.run_sync(self._commit_claim)
             except Exception as e:
-                if _transient_cause(e) is None:
+                if transient_cause(e) is None:
                     raise
                 self._table = None
                 now = (await self._target_txns() or {}).get(epoch_app_id(stream.name), 0)
@@ -782,8 +782,9 @@ class DeltaSink(Sink):
 
     async def _retrying(self, operation: str, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()`` retried with backoff while it fails for a reason retrying may
-        help (:func:`_transient_cause`), each retry counted and reported; the last failure
-        (or a permanent one) as a :class:`SinkError` saying ``what`` failed."""
+        help (:func:`~deltastream.daemon.sinks.failures.transient_cause`), each retry
+        counted and reported; the last failure (or a permanent one) as a
+        :class:`SinkError` saying ``what`` failed."""
 
         def counted() -> None:
             self.retries += 1
@@ -796,7 +797,7 @@ class DeltaSink(Sink):
                 policy=RetryPolicy(
                     self.max_attempts or sys.maxsize, self.base_delay, self.max_delay
                 ),
-                transient=_transient_cause,
+                transient=transient_cause,
                 listener=self.retry_listener,
                 on_retry=counted,
                 logger=log,
@@ -841,7 +842,7 @@ class DeltaSink(Sink):
             try:
                 await anyio.to_thread.run_sync(self._commit, data, app, version, delivery)
             except Exception as e:
-                cause = _transient_cause(e)
+                cause = transient_cause(e)
                 if cause is None:
                     raise
                 self._table = None  # another writer moved the table: load it again
@@ -905,7 +906,7 @@ class DeltaSink(Sink):
             try:
                 done = await anyio.to_thread.run_sync(self._release, apps)
             except Exception as e:
-                if _transient_cause(e) is None:
+                if transient_cause(e) is None:
                     raise
                 self._table = None
                 txns = await self._target_txns() or {}
@@ -914,14 +915,14 @@ class DeltaSink(Sink):
                     log.warning(
                         "%s: the reset's commit failed (%s), but the target holds it: not repeated",
                         self._spec,
-                        _transient_cause(e),
+                        transient_cause(e),
                     )
                     removed[:] = [f"the rows of delta:{self.uri} (the stream's txn released)"]
                     return
                 if None in now:  # not a retry's to remove: the table was replaced
                     raise SinkRecoveryError(
                         self._spec,
-                        f"the reset's commit failed ({_transient_cause(e)}), and the table at "
+                        f"the reset's commit failed ({transient_cause(e)}), and the table at "
                         f"{self.uri} no longer holds the stream's txn: it was replaced "
                         "meanwhile; nothing was removed",
                     ) from e
@@ -1196,19 +1197,6 @@ def _describe_txn(version: int) -> str:
     return "released" if is_released(version) else str(decode_position(version))
 
 
-class _TableAppearedError(Exception):
+class _TableAppearedError(RetryableConflict):
     """A table was created at the target after the checks of a commit that was to create
     it: the commit is checked again against that table (a retry)."""
-
-
-def _transient_cause(error: BaseException) -> str | None:
-    """One line saying why a commit failed if retrying may help (a concurrent writer won,
-    the store failed), else ``None`` (deltastream's own errors included: a
-    :class:`~deltastream.errors.SinkRejectedError` is final)."""
-    dl = _deltalake()
-    if isinstance(error, DeltaStreamError):
-        return None
-    if isinstance(error, dl.exceptions.CommitFailedError | OSError | _TableAppearedError):
-        first = str(error).strip().splitlines()
-        return f"{type(error).__name__}: {first[0] if first else ''}".rstrip(": ")
-    return None

@@ -71,7 +71,6 @@ a sink connects; :func:`require_driver` turns its absence into one clear error.
 from __future__ import annotations
 
 import io
-import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,10 +101,10 @@ from deltastream.daemon.sinks.common import (
     expand_env,
     log,
 )
+from deltastream.daemon.sinks.failures import permanent_error, transient_cause
 from deltastream.daemon.sinks.mirror import FLAGS, duplicate_key_error, mirror_changes
 from deltastream.daemon.sinks.postgresql_types import csv_ready, fits, pg_type
 from deltastream.errors import (
-    DeltaStreamError,
     InvalidArgumentError,
     SinkError,
     SinkFencedError,
@@ -138,20 +137,6 @@ DEFAULT_OFFSETS_TABLE = "deltastream_offsets"
 _LOAD = "_deltastream_load"
 #: Rows encoded at a time while the slice before is sent (about a megabyte of CSV).
 _COPY_SLICE = 20_000
-#: libpq's connection errors that retrying cannot fix (they carry no SQLSTATE): credentials,
-#: TLS, a database or role that does not exist, a bad connection option.
-#: (Not any "SSL": a TLS connection lost says "SSL SYSCALL error: EOF detected".)
-_PERMANENT_CONNECT = re.compile(
-    r"password|authentication|no pg_hba\.conf entry|does not exist|SSL was required|"
-    r"does not support SSL|certificate|invalid (?:connection option|\w+ value)|"
-    r"unsupported|not permitted",
-    re.IGNORECASE,
-)
-#: SQLSTATE classes and codes worth retrying: connection exceptions, insufficient resources
-#: (too many connections), operator intervention (a server shutting down), system errors,
-#: serialization failures and deadlocks.
-_TRANSIENT_CLASSES = ("08", "53", "57", "58")
-_TRANSIENT_CODES = ("40001", "40P01")
 
 
 def require_driver(spec: str) -> None:
@@ -312,59 +297,6 @@ def _csv(rows: pa.Table) -> bytes:
     out = io.BytesIO()
     pcsv.write_csv(csv_ready(rows), out, pcsv.WriteOptions(include_header=False))
     return out.getvalue()
-
-
-# ------------------------------------------------------------------ errors
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text.removeprefix("connection failed: ")
-
-
-def _transient_cause(error: BaseException) -> str | None:
-    """A one-line cause for an error worth retrying; ``None`` for any other."""
-    import psycopg
-
-    if isinstance(error, DeltaStreamError):
-        return None
-    if isinstance(error, OSError | TimeoutError) and not isinstance(error, psycopg.Error):
-        return f"{type(error).__name__}: {error}"
-    if not isinstance(error, psycopg.Error):
-        return None
-    state = error.sqlstate
-    if state is None:
-        # libpq's own errors: a connection refused, reset or lost (or a refusal it reports
-        # the same way: a password, TLS, a database that does not exist).
-        if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError) and not (
-            _PERMANENT_CONNECT.search(str(error))
-        ):
-            return _one_line(error)
-        return None
-    if state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_CODES:
-        return f"{state} {_one_line(error)}"
-    return None
-
-
-def _permanent(description: str, error: Exception, what: str) -> DeltaStreamError:
-    """A :mod:`deltastream.errors` error for a psycopg error retrying cannot fix."""
-    import psycopg
-
-    if isinstance(error, psycopg.DataError | psycopg.IntegrityError):
-        diag = error.diag
-        problem = f"PostgreSQL refused a row of {what}: {diag.message_primary or error}"
-        if diag.message_detail:
-            problem += f" ({diag.message_detail})"
-        if diag.context:
-            problem += f"; {' '.join(diag.context.split())}"
-        return SinkRejectedError(description, f"{problem}; nothing of it was committed")
-    if isinstance(error, psycopg.errors.InsufficientPrivilege):
-        return SinkRejectedError(
-            description,
-            f"{what}: {_one_line(error)} (the sink's role lacks a grant it needs: see the "
-            "grants in the PostgreSQL sink's documentation)",
-        )
-    return SinkRejectedError(description, f"{what}: {_one_line(error)}")
 
 
 # ------------------------------------------------------------------ the sink
@@ -531,7 +463,7 @@ class PostgresSink(Sink):
                 operation=operation,
                 target=self.description,
                 policy=self._policy,
-                transient=_transient_cause,
+                transient=transient_cause,
                 listener=self.retry_listener,
                 on_retry=counted,
                 logger=log,
@@ -539,7 +471,7 @@ class PostgresSink(Sink):
         except StorageError as e:  # the retries ran out
             raise SinkError(self.description, e.problem) from e
         except psycopg.Error as e:
-            raise _permanent(self.description, e, what) from e
+            raise permanent_error(self.description, e, what) from e
 
     # -------------------------------------------------------------- recover
 
