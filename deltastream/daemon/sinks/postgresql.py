@@ -39,15 +39,38 @@ the ``target`` column is the primary key). :meth:`recover` claims the row; a tar
 by another stream is refused (:class:`~deltastream.errors.SinkInUseError`, naming it), and so
 is a target that already holds rows no stream's row accounts for.
 
-Schemas (checked on each connection's first delivery, and again whenever the source's
-columns change): a missing target is created with the mapped types
+Schemas, checked at every delivery before anything of it is written (one catalog query;
+the checks below run again whenever the target or the source's columns changed): a missing
+target is created with the mapped types
 (:mod:`~deltastream.daemon.sinks.postgresql_types`; in merge mode with a primary key on the
-key columns), a column new in the source is added (``ALTER TABLE ADD COLUMN``, logged), and a
-target that does not fit (a column dropped, renamed or of another kind; in merge mode no
-unique index on the key columns) stops the stream with
-:class:`~deltastream.errors.SinkSchemaError`, naming both schemas. A row PostgreSQL refuses (a
-NUL in text, a value out of a column's range) or a null key in merge mode raises
+key columns) and the comment :data:`CREATED_COMMENT`, which marks it as the sink's (it
+survives a reset's ``TRUNCATE``, and goes with the table). Each target column must hold
+every value of its source column exactly (:func:`~deltastream.daemon.sinks.exact.fit` on
+the column's :func:`~deltastream.daemon.sinks.postgresql_types.capacity`). Where the
+protocol widens the target's type to the source's (``numeric(10,2)`` to ``decimal(12,4)``,
+``real`` to ``double``) a target the sink made is altered in the delivery's transaction
+(``ALTER COLUMN … TYPE``, logged); a target made beforehand is never altered. A column new
+in the source is added (``ALTER TABLE ADD COLUMN``, logged). A target column the source
+lacks is the source's gone (it was among the columns of the last delivery, which the
+sink's state keeps) or the owner's: an owner's column that is nullable or has a default
+(or is an identity or generated column) is left to it, at every start alike. Anything else
+(a column that does not hold the source's values, a column gone from or renamed in the
+source, an owner's ``NOT NULL`` column without a default; in merge mode no unique index on
+the key columns) stops the stream with :class:`~deltastream.errors.SinkSchemaError`, naming
+each column, both types and the statement that fixes it (``ALTER COLUMN … TYPE``, ``RENAME
+COLUMN``, ``DROP COLUMN``), and ``deltastream reset``. A source column whose name is longer
+than PostgreSQL keeps (``max_identifier_length``) is refused, naming it. A row PostgreSQL
+refuses (a NUL in text, a CHECK or NOT NULL constraint) or a null key in merge mode raises
 :class:`~deltastream.errors.SinkRejectedError`; nothing of the delivery is committed.
+
+The target at every delivery: dropped, or emptied (``TRUNCATE``, ``DELETE``, replaced by an
+empty table) while the sink left rows in it, it is refused
+(:class:`~deltastream.errors.SinkRecoveryError`, with the ``reset`` command) as at start.
+The owner's maintenance (``VACUUM FULL``, ``CLUSTER``) only makes a delivery wait.
+
+Text: the connection's ``client_encoding`` is UTF8, whatever else says; a database whose
+encoding is not UTF8 (``LATIN1``, ``SQL_ASCII``: they cannot hold every character, or
+store bytes unchecked) is refused on connecting, in one line naming it.
 
 The connection: the spec is a libpq URI; the sink's own query parameters (``table``,
 ``mode``, ``key``, ``offsets_table``) are taken out and the rest (``sslmode``,
@@ -57,10 +80,11 @@ environment variable NAME (read when the sink is made), so a password can come f
 environment through a TOML file. The password is never in the sink's description (logged,
 stored in the state), its repr or its errors.
 
-Failures: connection errors (refused, reset, lost), serialization failures, deadlocks and a
-server shutting down are retried with the project's backoff
+Failures: connection errors (refused, reset, lost), serialization failures, deadlocks, a
+lock not granted in time and a server shutting down are retried with the project's backoff
 (:func:`~deltastream.storage.retry.call_with_retries`), each retry reported to the stream;
-other errors of PostgreSQL are permanent and raised at once.
+other errors of PostgreSQL are permanent and raised at once (the classification:
+:mod:`~deltastream.daemon.sinks.failures`).
 
 The driver is psycopg 3 (the ``deltastream[postgresql]`` extra): it is libpq's, so
 connection strings, ``.pgpass``, ``PGPASSWORD``, TLS settings and unix sockets behave as in
