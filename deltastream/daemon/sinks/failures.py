@@ -100,10 +100,15 @@ _PERMANENT_CONNECT = re.compile(
     re.IGNORECASE,
 )
 #: SQLSTATE classes and codes worth retrying: connection exceptions, insufficient resources
-#: (too many connections), operator intervention (a server shutting down), system errors,
-#: serialization failures and deadlocks.
+#: (too many connections), operator intervention (a server shutting down, a statement
+#: cancelled), system errors, serialization failures, deadlocks and a lock not granted in
+#: time (a ``lock_timeout`` set for the role while an owner's ``VACUUM FULL`` or ``CLUSTER``
+#: holds the table). Every other SQLSTATE is permanent: integrity constraints (class 23:
+#: CHECK, NOT NULL, unique, foreign key), data exceptions (class 22: a value the column's
+#: type refuses), a missing privilege (42501) or object (class 42), a feature PostgreSQL
+#: does not have (0A000), a read-only transaction (25006).
 _TRANSIENT_CLASSES = ("08", "53", "57", "58")
-_TRANSIENT_CODES = ("40001", "40P01")
+_TRANSIENT_CODES = ("40001", "40P01", "55P03")
 
 
 def _postgresql_transient(error: psycopg.Error) -> str | None:

@@ -39,15 +39,38 @@ the ``target`` column is the primary key). :meth:`recover` claims the row; a tar
 by another stream is refused (:class:`~deltastream.errors.SinkInUseError`, naming it), and so
 is a target that already holds rows no stream's row accounts for.
 
-Schemas (checked on each connection's first delivery, and again whenever the source's
-columns change): a missing target is created with the mapped types
+Schemas, checked at every delivery before anything of it is written (one catalog query;
+the checks below run again whenever the target or the source's columns changed): a missing
+target is created with the mapped types
 (:mod:`~deltastream.daemon.sinks.postgresql_types`; in merge mode with a primary key on the
-key columns), a column new in the source is added (``ALTER TABLE ADD COLUMN``, logged), and a
-target that does not fit (a column dropped, renamed or of another kind; in merge mode no
-unique index on the key columns) stops the stream with
-:class:`~deltastream.errors.SinkSchemaError`, naming both schemas. A row PostgreSQL refuses (a
-NUL in text, a value out of a column's range) or a null key in merge mode raises
+key columns) and the comment :data:`CREATED_COMMENT`, which marks it as the sink's (it
+survives a reset's ``TRUNCATE``, and goes with the table). Each target column must hold
+every value of its source column exactly (:func:`~deltastream.daemon.sinks.exact.fit` on
+the column's :func:`~deltastream.daemon.sinks.postgresql_types.capacity`). Where the
+protocol widens the target's type to the source's (``numeric(10,2)`` to ``decimal(12,4)``,
+``real`` to ``double``) a target the sink made is altered in the delivery's transaction
+(``ALTER COLUMN … TYPE``, logged); a target made beforehand is never altered. A column new
+in the source is added (``ALTER TABLE ADD COLUMN``, logged). A target column the source
+lacks is the source's gone (it was among the columns of the last delivery, which the
+sink's state keeps) or the owner's: an owner's column that is nullable or has a default
+(or is an identity or generated column) is left to it, at every start alike. Anything else
+(a column that does not hold the source's values, a column gone from or renamed in the
+source, an owner's ``NOT NULL`` column without a default; in merge mode no unique index on
+the key columns) stops the stream with :class:`~deltastream.errors.SinkSchemaError`, naming
+each column, both types and the statement that fixes it (``ALTER COLUMN … TYPE``, ``RENAME
+COLUMN``, ``DROP COLUMN``), and ``deltastream reset``. A source column whose name is longer
+than PostgreSQL keeps (``max_identifier_length``) is refused, naming it. A row PostgreSQL
+refuses (a NUL in text, a CHECK or NOT NULL constraint) or a null key in merge mode raises
 :class:`~deltastream.errors.SinkRejectedError`; nothing of the delivery is committed.
+
+The target at every delivery: dropped, or emptied (``TRUNCATE``, ``DELETE``, replaced by an
+empty table) while the sink left rows in it, it is refused
+(:class:`~deltastream.errors.SinkRecoveryError`, with the ``reset`` command) as at start.
+The owner's maintenance (``VACUUM FULL``, ``CLUSTER``) only makes a delivery wait.
+
+Text: the connection's ``client_encoding`` is UTF8, whatever else says; a database whose
+encoding is not UTF8 (``LATIN1``, ``SQL_ASCII``: they cannot hold every character, or
+store bytes unchecked) is refused on connecting, in one line naming it.
 
 The connection: the spec is a libpq URI; the sink's own query parameters (``table``,
 ``mode``, ``key``, ``offsets_table``) are taken out and the rest (``sslmode``,
@@ -57,10 +80,11 @@ environment variable NAME (read when the sink is made), so a password can come f
 environment through a TOML file. The password is never in the sink's description (logged,
 stored in the state), its repr or its errors.
 
-Failures: connection errors (refused, reset, lost), serialization failures, deadlocks and a
-server shutting down are retried with the project's backoff
+Failures: connection errors (refused, reset, lost), serialization failures, deadlocks, a
+lock not granted in time and a server shutting down are retried with the project's backoff
 (:func:`~deltastream.storage.retry.call_with_retries`), each retry reported to the stream;
-other errors of PostgreSQL are permanent and raised at once.
+other errors of PostgreSQL are permanent and raised at once (the classification:
+:mod:`~deltastream.daemon.sinks.failures`).
 
 The driver is psycopg 3 (the ``deltastream[postgresql]`` extra): it is libpq's, so
 connection strings, ``.pgpass``, ``PGPASSWORD``, TLS settings and unix sockets behave as in
@@ -101,9 +125,10 @@ from deltastream.daemon.sinks.common import (
     expand_env,
     log,
 )
+from deltastream.daemon.sinks.exact import Fit, fit, type_name
 from deltastream.daemon.sinks.failures import permanent_error, transient_cause
 from deltastream.daemon.sinks.mirror import FLAGS, duplicate_key_error, mirror_changes
-from deltastream.daemon.sinks.postgresql_types import csv_ready, fits, pg_type
+from deltastream.daemon.sinks.postgresql_types import capacity, csv_ready, pg_type
 from deltastream.errors import (
     InvalidArgumentError,
     SinkError,
@@ -137,6 +162,9 @@ DEFAULT_OFFSETS_TABLE = "deltastream_offsets"
 _LOAD = "_deltastream_load"
 #: Rows encoded at a time while the slice before is sent (about a megabyte of CSV).
 _COPY_SLICE = 20_000
+#: The comment on a target the sink made (``COMMENT ON TABLE``), which it follows the
+#: source's type widening in: a target without it was made beforehand, and is not altered.
+CREATED_COMMENT = "made by deltastream"
 
 
 def require_driver(spec: str) -> None:
@@ -293,10 +321,47 @@ def required_grants(
 MERGE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 
-def _csv(rows: pa.Table) -> bytes:
+def _csv(rows: pa.Table, doubles: frozenset[str] = frozenset()) -> bytes:
+    """The rows as CSV; the columns named in ``doubles`` (``float`` values bound for
+    ``double precision`` columns) as doubles first, so that their text is the double with
+    the float's value (``0.10000000149011612``), not the float's shortest (``0.1``), which
+    PostgreSQL would read as another double."""
+    for name in doubles:
+        i = rows.schema.get_field_index(name)
+        rows = rows.set_column(i, name, pc.cast(rows.column(i), pa.float64()))
     out = io.BytesIO()
     pcsv.write_csv(csv_ready(rows), out, pcsv.WriteOptions(include_header=False))
     return out.getvalue()
+
+
+def _quoted(name: str) -> str:
+    """``name`` as a quoted SQL identifier, for the statements an error suggests."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class _Column:
+    """A column of the target, as the catalog has it."""
+
+    #: Its type, as ``format_type`` spells it.
+    type: str
+    not_null: bool
+    #: Whether an insert that leaves it out gives it a value: a default, an identity or a
+    #: generated column.
+    filled: bool
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The target table, as the catalog has it."""
+
+    oid: int
+    #: Whether the sink made it (its comment says so: :data:`CREATED_COMMENT`).
+    created: bool
+    columns: Mapping[str, _Column]
+
+    def signature(self) -> tuple[Any, ...]:
+        return (self.oid, self.created, tuple(self.columns.items()))
 
 
 # ------------------------------------------------------------------ the sink
@@ -352,14 +417,25 @@ class PostgresSink(Sink):
             if k not in given
         }
         self._conn: psycopg.AsyncConnection[Any] | None = None
-        #: The columns the target was last checked (and made to fit) for, on this
-        #: connection: the next delivery of the same columns skips the catalog queries.
-        self._ready: tuple[tuple[str, str], ...] | None = None
-        #: The columns of this connection's loading table (merge mode).
-        self._load_columns: tuple[str, ...] | None = None
+        #: The target and the source's columns it was last checked (and made to fit) for,
+        #: on this connection: a delivery finding both as they were skips the checks.
+        self._ready: tuple[Any, ...] | None = None
+        #: Source columns of ``float`` values bound for ``double precision`` columns.
+        self._doubles: frozenset[str] = frozenset()
+        #: The columns and types of this connection's loading table (merge mode).
+        self._load_columns: tuple[Any, ...] | None = None
+        #: The longest name PostgreSQL keeps (``max_identifier_length``), and the database.
+        self._max_name = 63
+        self._database = ""
         self._stream: str | None = None
-        #: Whether the target held rows after the last delivery.
+        self._stream_ref: StreamRef | None = None
+        #: Whether the target held rows after the last delivery (or when the stream was
+        #: recovered): a target found empty at the next one was emptied meanwhile.
         self._holds_rows = False
+        #: The source's columns as the last delivery (or the stream's state) had them: a
+        #: target column among them that the source lacks now is gone from the source; any
+        #: other was added by the target's owner.
+        self._source_columns: frozenset[str] = frozenset()
         #: The target, schema-qualified (the schema resolved on connecting).
         self._schema: str | None = self.spec.schema
         self._offsets_schema: str | None = self.spec.offsets_schema
@@ -411,12 +487,25 @@ class PostgresSink(Sink):
             options = dict(self._connect_options)
             if self.spec.password is not None:
                 options["password"] = self.spec.password
-            self._conn = await psycopg.AsyncConnection.connect(self.spec.conninfo, **options)
-            if self._schema is None or self._offsets_schema is None:
-                cur = await self._conn.execute("SELECT current_schema()")
+            # Text is UTF-8 both ways, whatever the spec, the environment (PGCLIENTENCODING)
+            # or the role's settings say: PostgreSQL converts it to the database's encoding.
+            options["client_encoding"] = "UTF8"
+            conn = await psycopg.AsyncConnection.connect(self.spec.conninfo, **options)
+            try:
+                self._check_encoding(conn)
+                cur = await conn.execute(
+                    "SELECT current_schema(), current_setting('max_identifier_length')::int"
+                )
                 row = await cur.fetchone()
-                await self._conn.rollback()
-                if row is None or row[0] is None:
+                await conn.rollback()
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+                raise
+            assert row is not None
+            self._conn, self._max_name = conn, row[1]
+            if self._schema is None or self._offsets_schema is None:
+                if row[0] is None:
                     raise SinkSchemaError(
                         self.description,
                         "no schema to create tables in (the search_path names none that "
@@ -425,6 +514,20 @@ class PostgresSink(Sink):
                 self._schema = self._schema or row[0]
                 self._offsets_schema = self._offsets_schema or row[0]
         return self._conn
+
+    def _check_encoding(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Refuse a database whose encoding cannot hold every Unicode character (only UTF8
+        can): its text would be stored changed, or not at all."""
+        self._database = conn.info.dbname
+        encoding = conn.info.parameter_status("server_encoding")
+        if encoding != "UTF8":
+            raise SinkRejectedError(
+                self.description,
+                f"the database {self._database!r} has encoding {encoding}, which cannot hold "
+                "every Unicode character: deltastream writes text exactly, into a UTF8 "
+                "database only (CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0); "
+                "nothing was written",
+            )
 
     async def _discard(self) -> None:
         conn, self._conn = self._conn, None
@@ -480,7 +583,11 @@ class PostgresSink(Sink):
     ) -> HeldPosition | None:
         """Claim the target for ``stream`` (creating the offsets table if missing) and
         return the position its offsets row holds."""
-        self._stream = stream.name
+        self._stream, self._stream_ref = stream.name, stream
+        columns = state.get("columns")
+        self._source_columns = frozenset(
+            c for c in (columns if isinstance(columns, list) else []) if isinstance(c, str)
+        )
 
         async def work(conn: psycopg.AsyncConnection[Any]) -> HeldPosition | None:
             async with conn.transaction():
@@ -518,9 +625,11 @@ class PostgresSink(Sink):
                         self.epoch = int(inserted[0])
                 if inserted is None:
                     await self._claim(conn, stream, 0 if held is None else held.epoch)
+                self._holds_rows = False
                 if held is not None and held.position is not None:
                     intact = committed == held.position and bool(state.get("rows"))
                     await self._check_target_intact(conn, stream, held.position, intact)
+                    self._holds_rows = await self._target_has_rows(conn)
                 delivered = bool(state.get("target"))
                 if delivered and (held is None or held.position is None):
                     raise SinkRecoveryError(
@@ -623,16 +732,19 @@ class PostgresSink(Sink):
         (``held_rows``: the stream's state, at the row's position, says the target held rows
         after its last delivery)."""
         if not await self._columns(conn):
-            how = "does not exist"
-        elif held_rows and not await self._target_has_rows(conn):
-            how = "holds no rows"
-        else:
-            return
-        raise SinkRecoveryError(
+            raise self._not_intact(stream, position, dropped=True)
+        if held_rows and not await self._target_has_rows(conn):
+            raise self._not_intact(stream, position, dropped=False)
+
+    def _not_intact(
+        self, stream: StreamRef, position: Position, dropped: bool
+    ) -> SinkRecoveryError:
+        how = "does not exist" if dropped else "holds no rows"
+        return SinkRecoveryError(
             self.description,
             f"the target table {self.target} {how}, but the stream's row in "
             f"{self.offsets_name} says its rows up to {position} were delivered into it: it "
-            f"was {'dropped' if how == 'does not exist' else 'emptied'} outside deltastream; "
+            f"was {'dropped' if dropped else 'emptied'} outside deltastream; "
             "nothing was touched. " + _reset_hint(stream, self.description),
         )
 
@@ -697,10 +809,14 @@ class PostgresSink(Sink):
         return _Held(stream, table_id, position, epoch or 0)
 
     async def _target_has_rows(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        from psycopg import sql
-
         if not await self._columns(conn):
             return False
+        return await self._has_rows(conn)
+
+    async def _has_rows(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Whether the target (which exists) holds a row."""
+        from psycopg import sql
+
         cur = await conn.execute(
             sql.SQL("SELECT EXISTS (SELECT FROM {})").format(self._target_sql())
         )
@@ -709,14 +825,33 @@ class PostgresSink(Sink):
 
     async def _columns(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, str]:
         """The target's columns and their types (empty: no such table)."""
+        target = await self._target_info(conn)
+        return {} if target is None else {n: c.type for n, c in target.columns.items()}
+
+    async def _target_info(self, conn: psycopg.AsyncConnection[Any]) -> _Target | None:
+        """The target as the catalog has it (``None``: no such table), in one query."""
         cur = await conn.execute(
-            """SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-               FROM pg_attribute a
-               WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+            """SELECT c.oid::bigint, obj_description(c.oid, 'pg_class'), a.attname,
+                      format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                      a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> ''
+               FROM pg_class c
+               LEFT JOIN pg_attribute a
+                 ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+               WHERE c.oid = to_regclass(%s)
                ORDER BY a.attnum""",
             [self._target_sql().as_string(conn)],
         )
-        return {name: kind for name, kind in await cur.fetchall()}
+        found = await cur.fetchall()
+        if not found:
+            return None
+        oid, comment = found[0][:2]
+        columns = {
+            name: _Column(kind, not_null, filled)
+            for _, _, name, kind, not_null, filled in found
+            if name is not None
+        }
+        created = (comment or "").startswith(CREATED_COMMENT)
+        return _Target(oid, created, columns)
 
     # -------------------------------------------------------------- deliver
 
@@ -728,10 +863,9 @@ class PostgresSink(Sink):
             self._check_keys(delivery)
         data = await self._rows(delivery)
         what = f"{delivery.num_rows:,} rows ({delivery.start} to {delivery.end})"
+        source = tuple((f.name, str(f.type)) for f in delivery.schema)
 
         async def work(conn: psycopg.AsyncConnection[Any]) -> None:
-            from psycopg import sql
-
             async with conn.transaction():
                 held = await self._held(conn, lock=True)
                 if (
@@ -743,12 +877,25 @@ class PostgresSink(Sink):
                 ):
                     # A retry of a delivery whose COMMIT went through while the connection
                     # was lost: it is delivered.
+                    self._holds_rows = await self._target_has_rows(conn)
+                    self._source_columns = frozenset(n for n, _ in columns)
                     return
                 self._check_position(held, delivery)
-                if self._ready != tuple(columns):
-                    await self._prepare_target(conn, columns, delivery.schema)
+                assert held is not None and self._stream_ref is not None
+                # The target as it is now (one catalog query): dropped, emptied or replaced
+                # since the last delivery, or changed by its owner, it is checked again.
+                target = await self._target_info(conn)
+                if held.position is not None:
+                    if target is None:
+                        raise self._not_intact(self._stream_ref, held.position, dropped=True)
+                    if self._holds_rows and not await self._has_rows(conn):
+                        raise self._not_intact(self._stream_ref, held.position, dropped=False)
+                doubles = self._doubles
+                if target is None or self._ready != (target.signature(), source):
+                    target = await self._fit_target(conn, target, columns, delivery.schema)
+                    doubles = self._doubles_of(target, delivery.schema)
                 if data is not None:
-                    await self._load(conn, columns, data)
+                    await self._load(conn, columns, data, target, doubles)
                 await conn.execute(
                     self._sql(
                         'UPDATE {} SET table_id = %s, version = %s, snapshot = %s, "offset" = %s, '
@@ -763,18 +910,33 @@ class PostgresSink(Sink):
                         self.target,
                     ],
                 )
-                holds = await conn.execute(
-                    sql.SQL("SELECT EXISTS (SELECT FROM {})").format(self._target_sql())
-                )
-                found = await holds.fetchone()
+                holds = await self._has_rows(conn)
                 crash_point("sink.after-write")
             crash_point("sink.after-fsync")
-            self._ready = tuple(columns)
-            self._holds_rows = bool(found and found[0])
+            self._ready, self._doubles = (target.signature(), source), doubles
+            self._holds_rows = holds
+            self._source_columns = frozenset(n for n, _ in columns)
 
         await self._run("COPY", what, work)
         # Whether the target held rows after it: a restart refuses a target emptied since.
-        return {"target": self.target, "rows": self._holds_rows}
+        # The source's columns: a restart tells a column gone from the source from one the
+        # target's owner added.
+        return {
+            "target": self.target,
+            "rows": self._holds_rows,
+            "columns": sorted(self._source_columns),
+        }
+
+    @staticmethod
+    def _doubles_of(target: _Target, schema: pa.Schema) -> frozenset[str]:
+        """The source's ``float`` columns whose target column is ``double precision``."""
+        return frozenset(
+            f.name
+            for f in schema
+            if pa.types.is_float32(f.type)
+            and f.name in target.columns
+            and target.columns[f.name].type == "double precision"
+        )
 
     def _check_position(self, held: _Held | None, delivery: Delivery) -> None:
         if held is None:
@@ -853,63 +1015,196 @@ class PostgresSink(Sink):
             )
         return table
 
-    async def _prepare_target(
+    def _check_names(self, wanted: Sequence[tuple[str, str]]) -> None:
+        """Refuse a source column whose name PostgreSQL would not keep as it is (longer than
+        ``max_identifier_length``: cut), in one line naming it."""
+        for name, _ in wanted:
+            size = len(name.encode())
+            if size > self._max_name or "\0" in name:
+                cut = name.encode()[: self._max_name].decode(errors="ignore")
+                raise SinkSchemaError(
+                    self.description,
+                    f"the source's column {name!r} is {size} bytes long: PostgreSQL keeps "
+                    f"names of at most {self._max_name} bytes (max_identifier_length) and "
+                    f"would cut it to {cut!r}; deltastream writes each column under the "
+                    "source's name exactly (rename the column in the source)",
+                )
+
+    async def _fit_target(
         self,
         conn: psycopg.AsyncConnection[Any],
+        target: _Target | None,
         wanted: Sequence[tuple[str, str]],
         schema: pa.Schema,
-    ) -> None:
-        """Create the target, add the columns new in the source, or refuse a target that
-        does not fit."""
+    ) -> _Target:
+        """Create the target, or check that it holds every value of the source's columns
+        (:func:`~deltastream.daemon.sinks.exact.fit`) and make it: add the columns new in
+        the source, and widen those the source widened in a target the sink made. A target
+        that does not fit is refused before anything is changed. The target, as it is
+        now."""
         from psycopg import sql
 
-        existing = await self._columns(conn)
-        keys = self.spec.keys
-        if not existing:
+        self._check_names(wanted)
+        fields = {f.name: f.type for f in schema}
+        if target is None:
+            for name, kind in wanted:
+                holds = capacity(kind)
+                if holds is None or not fit(fields[name], holds, name).holds:
+                    raise SinkSchemaError(
+                        self.description,
+                        f"no PostgreSQL type holds every value of the source's column {name!r} "
+                        f"({type_name(fields[name])})",
+                    )
+            keys = self.spec.keys
             parts = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in wanted]
             if keys:
                 key_list = sql.SQL(", ").join(map(sql.Identifier, keys))
                 parts.append(sql.SQL("PRIMARY KEY ({})").format(key_list))
             columns = sql.SQL(", ").join(parts)
             await conn.execute(sql.SQL("CREATE TABLE {} ({})").format(self._target_sql(), columns))
+            comment = f"{CREATED_COMMENT} for stream {self._stream!r}; it follows the source"
+            await conn.execute(
+                sql.SQL("COMMENT ON TABLE {} IS {}").format(
+                    self._target_sql(), sql.Literal(comment)
+                )
+            )
             log.info("%s: created the target table %s", self.description, self.target)
-            return
-        names = {n for n, _ in wanted}
-        problems = [f"column {n!r} is gone from the source" for n in existing if n not in names]
-        problems += [
-            f"column {n!r} is {existing[n]} in the target but {t} in the source"
-            for n, t in wanted
-            if n in existing and not fits(existing[n], t)
-        ]
+            made = await self._target_info(conn)
+            assert made is not None
+            return made
+        problems, widen, add, extra = self._compare(target, wanted, fields)
         if problems:
             source = ", ".join(f"{n} {t}" for n, t in wanted)
-            target = ", ".join(f"{n} {t}" for n, t in existing.items())
+            existing = ", ".join(f"{n} {c.type}" for n, c in target.columns.items())
+            assert self._stream_ref is not None
             raise SinkSchemaError(
                 self.description,
                 f"the target table {self.target} does not fit the source's rows: "
-                f"{'; '.join(problems)} (source: {source}; target: {target}); only new "
-                "columns reach the target (ALTER TABLE ADD COLUMN)",
+                f"{'; '.join(problems)} (source: {source}; target: {existing}); nothing was "
+                f"committed. {_reset_hint(self._stream_ref, self.description)}",
             )
+        keys = self.spec.keys
         if keys and not await self._has_unique_index(conn, keys):
             raise SinkSchemaError(
                 self.description,
                 f"the target table {self.target} has no primary key or unique index on exactly "
                 f"the key column(s) {', '.join(keys)}, which merge mode needs",
             )
-        for name, kind in wanted:
-            if name not in existing:
-                await conn.execute(
-                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                        self._target_sql(), sql.Identifier(name), sql.SQL(kind)
-                    )
+        for name in extra:
+            log.info(
+                "%s: column %s of %s is not the source's: left to its default",
+                self.description,
+                name,
+                self.target,
+            )
+        if widen:
+            # One statement: the table is rewritten once, in the delivery's transaction.
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} {}").format(
+                    self._target_sql(),
+                    sql.SQL(", ").join(
+                        sql.SQL("ALTER COLUMN {} TYPE {}").format(sql.Identifier(n), sql.SQL(t))
+                        for n, _, t in widen
+                    ),
                 )
+            )
+            for name, old, new in widen:
                 log.info(
-                    "%s: added column %s %s to %s (new in the source)",
+                    "%s: widened column %s of %s from %s to %s (the source widened it)",
                     self.description,
                     name,
-                    kind,
                     self.target,
+                    old,
+                    new,
                 )
+        for name, kind in add:
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                    self._target_sql(), sql.Identifier(name), sql.SQL(kind)
+                )
+            )
+            log.info(
+                "%s: added column %s %s to %s (new in the source)",
+                self.description,
+                name,
+                kind,
+                self.target,
+            )
+        if not (widen or add):
+            return target
+        changed = await self._target_info(conn)
+        assert changed is not None
+        return changed
+
+    def _compare(
+        self,
+        target: _Target,
+        wanted: Sequence[tuple[str, str]],
+        fields: Mapping[str, pa.DataType],
+    ) -> tuple[list[str], list[tuple[str, str, str]], list[tuple[str, str]], list[str]]:
+        """What stops the target from holding the source's rows (each with the statement
+        that fixes it), the columns to widen ``(name, old type, new type)``, the columns to
+        add ``(name, type)`` and the target's columns that are not the source's (accepted:
+        each takes its default)."""
+        table = f"{_quoted(self._schema or '')}.{_quoted(self.spec.table)}"
+        problems: list[str] = []
+        widen: list[tuple[str, str, str]] = []
+        add: list[tuple[str, str]] = []
+        for name, kind in wanted:
+            column = target.columns.get(name)
+            if column is None:
+                add.append((name, kind))
+                continue
+            source = fields[name]
+            holds = capacity(column.type)
+            found = (
+                Fit(refused=((name, column.type, type_name(source)),))
+                if holds is None
+                else fit(source, holds, name)
+            )
+            if found.holds:
+                continue
+            if found.widened and not (found.refused or found.added) and target.created:
+                widen.append((name, column.type, kind))
+                continue
+            why = ""
+            if found.widened and not found.refused:
+                why = " (deltastream widens only a target it made; this one was made beforehand)"
+            problems.append(
+                f"column {name!r} is {column.type} in the target, which does not hold every "
+                f"value of the source's {type_name(source)}: ALTER TABLE {table} ALTER COLUMN "
+                f"{_quoted(name)} TYPE {kind} would make it fit{why}"
+            )
+        names = {n for n, _ in wanted}
+        others = [n for n in target.columns if n not in names]
+        gone = [n for n in others if n in self._source_columns]
+        if len(gone) == 1 and len(add) == 1:
+            (old,), ((new, _),) = gone, add
+            problems.append(
+                f"column {old!r} is gone from the source and {new!r} is new in it: if the "
+                f"source renamed it, ALTER TABLE {table} RENAME COLUMN {_quoted(old)} TO "
+                f"{_quoted(new)} renames it in the target too"
+            )
+        else:
+            problems += [
+                f"column {n!r} is gone from the source: ALTER TABLE {table} DROP COLUMN "
+                f"{_quoted(n)} drops it from the target too"
+                for n in gone
+            ]
+        extra: list[str] = []
+        for name in others:
+            column = target.columns[name]
+            if name in gone:
+                continue
+            if column.not_null and not column.filled:
+                problems.append(
+                    f"column {name!r}, which the source lacks, is NOT NULL without a default: "
+                    f"ALTER TABLE {table} ALTER COLUMN {_quoted(name)} DROP NOT NULL (or SET "
+                    "DEFAULT …) lets rows without it in"
+                )
+            else:
+                extra.append(name)
+        return problems, widen, add, extra
 
     async def _has_unique_index(
         self, conn: psycopg.AsyncConnection[Any], keys: Sequence[str]
@@ -930,6 +1225,8 @@ class PostgresSink(Sink):
         conn: psycopg.AsyncConnection[Any],
         wanted: Sequence[tuple[str, str]],
         data: pa.Table,
+        target: _Target,
+        doubles: frozenset[str],
     ) -> None:
         from psycopg import sql
 
@@ -937,14 +1234,16 @@ class PostgresSink(Sink):
         if self.spec.mode == "append":
             # Straight into the target: the transaction makes it all or nothing, and
             # PostgreSQL parses each value into the target column's own type.
-            await self._copy(conn, self._target_sql(), names, data)
+            await self._copy(conn, self._target_sql(), names, data, doubles)
             return
         load = sql.Identifier(_LOAD)
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
         delete, added_first, version = map(sql.Identifier, FLAGS)
-        if self._load_columns != tuple(names):
+        load_columns = (tuple(names), target.signature())
+        if self._load_columns != load_columns:
             # The session's loading table, made once per connection (and again when the
-            # target gains a column), with the target's column types; its rows go at commit.
+            # target's columns change), with the target's column types; its rows go at
+            # commit.
             await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(load))
             await conn.execute(
                 sql.SQL(
@@ -960,8 +1259,8 @@ class PostgresSink(Sink):
                     target=self._target_sql(),
                 )
             )
-            self._load_columns = tuple(names)
-        await self._copy(conn, load, [*names, *FLAGS], data)
+            self._load_columns = load_columns
+        await self._copy(conn, load, [*names, *FLAGS], data, doubles)
         keys = sql.SQL(", ").join(map(sql.Identifier, self.spec.keys))
         match = sql.SQL(" AND ").join(
             sql.SQL("t.{k} = l.{k}").format(k=sql.Identifier(k)) for k in self.spec.keys
@@ -975,13 +1274,17 @@ class PostgresSink(Sink):
         # The mirror rule (deltastream.daemon.sinks.mirror): the keys whose last change is
         # a removal are deleted; a key the delivery adds anew must not be there already
         # (found among the deleted ones, or refused by the unique index on insert).
+        # Not a prepared statement: its result's types are the key columns', which change
+        # when the target's are widened (a prepared one would fail: "cached plan must not
+        # change result type").
         cur = await conn.execute(
             sql.SQL(
                 "WITH gone AS (DELETE FROM {target} AS t USING {load} AS l"
                 " WHERE l.{delete} AND {match} RETURNING {key_values}, l.{added_first},"
                 " l.{version}) SELECT * FROM gone WHERE {added_first}"
                 " ORDER BY {version} LIMIT 1"
-            ).format(**names_of)
+            ).format(**names_of),
+            prepare=False,
         )
         self._refuse_duplicate(await cur.fetchone())
         import psycopg
@@ -1000,7 +1303,8 @@ class PostgresSink(Sink):
                     "SELECT {key_values}, l.{version} FROM {load} AS l JOIN {target} AS t"
                     " ON {match} WHERE l.{added_first} AND NOT l.{delete}"
                     " ORDER BY l.{version} LIMIT 1"
-                ).format(**names_of)
+                ).format(**names_of),
+                prepare=False,
             )
             self._refuse_duplicate(await cur.fetchone())
             raise  # another unique index of the target refused a row
@@ -1035,6 +1339,7 @@ class PostgresSink(Sink):
         table: sql.Composable,
         names: Sequence[str],
         rows: pa.Table,
+        doubles: frozenset[str] = frozenset(),
     ) -> None:
         """``COPY`` the rows into ``table`` as CSV. They are encoded a slice at a time in a
         worker thread while the slice before is sent, so that the encoding overlaps the
@@ -1054,7 +1359,7 @@ class PostgresSink(Sink):
             async with send:
                 try:
                     for part in slices:
-                        await send.send(await anyio.to_thread.run_sync(_csv, part))
+                        await send.send(await anyio.to_thread.run_sync(_csv, part, doubles))
                 except anyio.BrokenResourceError:
                     pass  # the sending side failed: its error is raised
                 except Exception as e:

@@ -20,11 +20,14 @@ timestamp without one (timestamp_ntz)       ``timestamp without time zone``
 struct, map, list, variant                  ``jsonb`` (their JSON forms)
 ==========================================  ===============================
 
-An existing target column takes a source column if its type is of the same kind: any
-number type for a number (``smallint`` for a ``bigint`` column: PostgreSQL then refuses a
-value out of its range, and the delivery commits nothing), any string type for a string
-(``varchar(n)``), ``json`` or ``jsonb`` for a nested value, and exactly the mapped type
-otherwise.
+An existing target column takes a source column only if it holds every value of it
+exactly (:func:`~deltastream.daemon.sinks.exact.fit`, the rule every typed sink asks): its
+type is read as the Arrow type with the same values (:func:`capacity`) and compared with the
+source's. ``numeric(10,2)`` does not hold a ``decimal(12,4)``, ``real`` a ``double``, ``double
+precision`` a ``long``, ``smallint`` a ``long``; ``numeric(12,4)`` holds a ``decimal(10,2)``
+and ``numeric`` (no precision) every decimal and integer. Types that cannot hold every value
+of any source type (``varchar(n)``, ``char(n)``, ``timestamp(3)``, domains, arrays, ``uuid``)
+hold none.
 
 The CSV form is pyarrow's CSV writer's (C++, fast): strings quoted (an empty string is
 ``""``, a null is nothing), ``inf``/``nan`` for floats, which PostgreSQL's input functions all
@@ -45,25 +48,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltastream.daemon.sinks.exact import JSON
 from deltastream.errors import InvalidArgumentError
 from deltastream.output import json_text_array
 
-__all__ = ["csv_ready", "fits", "pg_type"]
+__all__ = ["capacity", "csv_ready", "pg_type"]
 
 _INTEGERS = {8: "smallint", 16: "smallint", 32: "integer", 64: "bigint"}
-_UNSIGNED = {8: "smallint", 16: "integer", 32: "bigint", 64: "numeric(20,0)"}
 
 
 def pg_type(t: pa.DataType) -> str:
     """The PostgreSQL type of a target column created for Arrow type ``t``, spelt as
-    PostgreSQL's ``format_type`` spells it (so that it compares with a catalog's)."""
+    PostgreSQL's ``format_type`` spells it (so that it compares with a catalog's). Only the
+    Arrow types of Delta's types have one."""
     if pa.types.is_boolean(t):
         return "boolean"
     if pa.types.is_signed_integer(t):
         return _INTEGERS[t.bit_width]
-    if pa.types.is_unsigned_integer(t):
-        return _UNSIGNED[t.bit_width]
-    if pa.types.is_float16(t) or pa.types.is_float32(t):
+    if pa.types.is_float32(t):
         return "real"
     if pa.types.is_float64(t):
         return "double precision"
@@ -71,9 +73,9 @@ def pg_type(t: pa.DataType) -> str:
         return f"numeric({t.precision},{t.scale})"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "text"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return "bytea"
-    if pa.types.is_date(t):
+    if pa.types.is_date32(t):
         return "date"
     if pa.types.is_timestamp(t):
         if t.tz is None:
@@ -94,25 +96,55 @@ def _is_nested(t: pa.DataType) -> bool:
     )
 
 
-_NUMBERS = ("smallint", "integer", "bigint", "numeric", "real", "double precision")
-_STRINGS = ("text", "character varying", "character")
+#: Catalog types (``format_type``'s spelling) and the Arrow types with the same values.
+_CAPACITY: dict[str, pa.DataType] = {
+    "smallint": pa.int16(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "real": pa.float32(),
+    "double precision": pa.float64(),
+    "text": pa.string(),
+    "character varying": pa.string(),  # without a length: text
+    "bytea": pa.binary(),
+    "boolean": pa.bool_(),
+    "date": pa.date32(),
+    "timestamp with time zone": pa.timestamp("us", "UTC"),
+    "timestamp(6) with time zone": pa.timestamp("us", "UTC"),
+    "timestamp without time zone": pa.timestamp("us"),
+    "timestamp(6) without time zone": pa.timestamp("us"),
+    "json": JSON,
+    "jsonb": JSON,
+}
+_NUMERIC = re.compile(r"numeric\((\d+),(-?\d+)\)")
+#: The most digits a Delta decimal has (``decimal(38, s)``): a ``numeric`` with at least
+#: this many digits on each side of its point holds every one of them.
+_DELTA_DIGITS = 38
 
 
-def _kind(pg: str) -> str:
-    base = re.sub(r"\(.*\)", "", pg).strip()
-    if base in _NUMBERS:
-        return "number"
-    if base in _STRINGS:
-        return "string"
-    if base in ("json", "jsonb"):
-        return "json"
-    return base
+def capacity(pg: str) -> pa.DataType | None:
+    """The Arrow type whose values a target column of PostgreSQL type ``pg`` (spelt as
+    ``format_type`` spells it) holds exactly; ``None`` for a type that cannot hold every
+    value of any source type (``character varying(5)``, ``character(3)``, ``timestamp(3)
+    without time zone``, a domain, an array).
 
-
-def fits(target: str, source: str) -> bool:
-    """Whether a target column of PostgreSQL type ``target`` takes the values of a source
-    column whose mapped type is ``source`` (see the module docstring)."""
-    return target == source or _kind(target) == _kind(source)
+    ``numeric(p,s)`` is ``decimal(p,s)`` as far as a Delta decimal or integer can tell:
+    digits beyond 38 on either side of the point (which no Delta type has) are left out, so
+    ``numeric`` without a precision, which holds any of them, is ``decimal(76,38)``."""
+    known = _CAPACITY.get(pg)
+    if known is not None:
+        return known
+    if pg == "numeric":
+        return pa.decimal256(2 * _DELTA_DIGITS, _DELTA_DIGITS)
+    m = _NUMERIC.fullmatch(pg)
+    if m is None:
+        return None
+    precision, scale = int(m.group(1)), int(m.group(2))
+    if scale < 0 or scale > precision:  # PostgreSQL 15's: integers rounded, or only fractions
+        return None
+    integer, scale = min(precision - scale, _DELTA_DIGITS), min(scale, _DELTA_DIGITS)
+    if integer + scale <= 38:
+        return pa.decimal128(max(integer + scale, 1), scale)
+    return pa.decimal256(integer + scale, scale)
 
 
 #: The two ASCII digits of 0..99.
