@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from kernel_oracle import kernel_snapshot
+from widenings import WIDENINGS, arrow_type, stat, widened
 
 import deltastream as ds
 from deltastream.cli import run
@@ -43,48 +44,6 @@ FEATURES = {
     "reader_features": ["typeWidening", "timestampNtz"],
     "writer_features": ["typeWidening", "timestampNtz"],
 }
-
-
-def _arrow(name: str) -> pa.DataType:
-    if name.startswith("decimal("):
-        p, s = name[8:-1].split(",")
-        return pa.decimal128(int(p), int(s))
-    return {
-        "byte": pa.int8(),
-        "short": pa.int16(),
-        "integer": pa.int32(),
-        "long": pa.int64(),
-        "float": pa.float32(),
-        "double": pa.float64(),
-        "date": pa.date32(),
-        "timestamp_ntz": pa.timestamp("us"),
-        "string": pa.string(),
-    }[name]
-
-
-def _stat(value: Any, type_name: str) -> Any:
-    """A statistic as Spark writes it for a value of ``type_name``."""
-    if type_name == "float":
-        return json.loads(str(np.float32(value)))  # the float's shortest text
-    if isinstance(value, dt.datetime):
-        return value.isoformat(timespec="milliseconds")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, D):
-        return float(value) if abs(value) < 1e15 else str(value)
-    return value
-
-
-def _widened(value: Any, to: str) -> Any:
-    """The protocol's conversion of a narrow value to the wider type ``to``."""
-    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        return dt.datetime(value.year, value.month, value.day)
-    if to.startswith("decimal("):
-        scale = int(to[8:-1].split(",")[1])
-        return D(value).quantize(D(1).scaleb(-scale))
-    if to == "double":
-        return float(np.float32(value)) if isinstance(value, float) else float(value)
-    return value
 
 
 def _schema(column_type: Any, metadata: dict[str, Any] | None = None, name: str = "c") -> str:
@@ -114,12 +73,14 @@ def _add(path: str, size: int, stats: dict[str, Any]) -> dict[str, Any]:
 def _file(
     root: Path, name: str, ids: list[int], values: list[Any], type_name: str
 ) -> dict[str, Any]:
-    table = pa.table({"id": pa.array(ids, pa.int64()), "c": pa.array(values, _arrow(type_name))})
+    table = pa.table(
+        {"id": pa.array(ids, pa.int64()), "c": pa.array(values, arrow_type(type_name))}
+    )
     pq.write_table(table, root / name)
     stats = {
         "numRecords": len(ids),
-        "minValues": {"id": min(ids), "c": _stat(min(values), type_name)},
-        "maxValues": {"id": max(ids), "c": _stat(max(values), type_name)},
+        "minValues": {"id": min(ids), "c": stat(min(values), type_name)},
+        "maxValues": {"id": max(ids), "c": stat(max(values), type_name)},
         "nullCount": {"id": 0, "c": 0},
     }
     return _add(name, (root / name).stat().st_size, stats)
@@ -164,48 +125,6 @@ def unskipped(path: Path, table: pa.Table, where: str) -> pa.Table:
     return table.filter(to_arrow_expression(predicate))
 
 
-# Every change the protocol lists, with narrow values around a boundary ``b`` (a value of
-# the narrow type, written as the wide type's literal) and wide values beyond the narrow range.
-WIDENINGS = [
-    ("byte", "short", [-128, 5, 127], [300, -300], "5"),
-    ("byte", "integer", [-128, 5, 127], [70_000], "5"),
-    ("byte", "long", [-128, 5, 127], [2**40], "5"),
-    ("short", "integer", [-32768, 7, 32767], [70_000], "7"),
-    ("short", "long", [-32768, 7, 32767], [2**40], "7"),
-    ("integer", "long", [-(2**31), 9, 2**31 - 1], [2**40, -(2**63)], "9"),
-    ("float", "double", [-1.5, 3.4, 1e30], [1.234567890123, 3.4], "3.4"),
-    ("byte", "double", [-128, 5, 127], [0.5], "5"),
-    ("short", "double", [-32768, 7, 32767], [0.25], "7"),
-    ("integer", "double", [-(2**31), 9, 2**31 - 1], [1e300], "9"),
-    (
-        "date",
-        "timestamp_ntz",
-        [dt.date(1, 1, 1), dt.date(2024, 9, 9), dt.date(9999, 12, 31)],
-        [dt.datetime(2024, 9, 9, 12, 34, 56, 123000)],
-        "'2024-09-09 00:00:00'",
-    ),
-    (
-        "decimal(5,2)",
-        "decimal(7,2)",
-        [D("-999.99"), D("1.25"), D("999.99")],
-        [D("12345.67")],
-        "1.25",
-    ),
-    (
-        "decimal(5,2)",
-        "decimal(10,4)",
-        [D("-999.99"), D("1.25"), D("999.99")],
-        [D("123456.7891")],
-        "1.25",
-    ),
-    ("byte", "decimal(10,0)", [-128, 5, 127], [D("9999999999")], "5"),
-    ("short", "decimal(12,2)", [-32768, 7, 32767], [D("1234567890.12")], "7"),
-    ("integer", "decimal(11,1)", [-(2**31), 9, 2**31 - 1], [D("1234567890.1")], "9"),
-    ("long", "decimal(20,0)", [-(2**63), 11, 2**63 - 1], [D("99999999999999999999")], "11"),
-    ("long", "decimal(22,2)", [-(2**63), 11, 2**63 - 1], [D("0.01")], "11"),
-]
-
-
 @pytest.mark.parametrize(
     ("from_type", "to_type", "narrow", "wide", "b"),
     WIDENINGS,
@@ -217,8 +136,8 @@ def test_every_listed_widening_reads_filters_and_feeds_changes(
     assert supported_change(from_type, to_type)
     path = widened_table(tmp_path, from_type, to_type, narrow, wide)
     got = ds.read_rows(str(path)).read_all()
-    assert got.schema.field("c").type == _arrow(to_type)
-    expected = [_widened(v, to_type) for v in narrow] + list(wide)
+    assert got.schema.field("c").type == arrow_type(to_type)
+    expected = [widened(v, to_type) for v in narrow] + list(wide)
     by_id = dict(zip(got["id"].to_pylist(), got["c"].to_pylist(), strict=True))
     assert [by_id[i] for i in [*range(len(narrow)), *range(100, 100 + len(wide))]] == expected
     assert rows(kernel_snapshot(path)) == rows(got)
@@ -233,7 +152,7 @@ def test_every_listed_widening_reads_filters_and_feeds_changes(
     # The change feed: every row inserted, in the wide type; filtered the same way.
     changes = ds.read_changes(str(path), start_version=0).read_all()
     assert rows(changes.select(["id", "c"])) == rows(got)
-    assert changes.schema.field("c").type == _arrow(to_type)
+    assert changes.schema.field("c").type == arrow_type(to_type)
     for where in (f"c > {b}", f"c <= {b}"):
         part = ds.read_changes(str(path), start_version=0, where=where).read_all()
         assert rows(part) == rows(unskipped(path, changes, where)), where
@@ -359,7 +278,7 @@ def test_a_file_whose_type_does_not_widen_to_the_schema_is_refused(
 ) -> None:
     """No type widening feature, nothing recorded: a file whose column cannot be read as the
     table's type without loss is an error naming the file, the column and both types."""
-    assert not readable_as(_arrow(file_type), table_type)
+    assert not readable_as(arrow_type(file_type), table_type)
     w = lb.LogWriter(tmp_path)
     added = _file(tmp_path, "odd.parquet", list(range(len(values))), values, file_type)
     added["add"]["stats"] = None
@@ -368,7 +287,7 @@ def test_a_file_whose_type_does_not_widen_to_the_schema_is_refused(
         ds.read_rows(str(tmp_path)).read_all()
     message = str(caught.value)
     assert "odd.parquet" in message
-    assert f"column 'c' is stored as {_arrow(file_type)}" in message
+    assert f"column 'c' is stored as {arrow_type(file_type)}" in message
     assert f"table's type {table_type} without loss" in message
     # The change feed refuses it the same way.
     with pytest.raises(ds.DataFileError, match=r"odd\.parquet"):
