@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from deltastream.schema.widening import supported_change
 
-__all__ = ["JSON", "Fit", "fit", "type_name"]
+__all__ = ["JSON", "Fit", "fit", "is_nested", "type_name"]
 
 #: A target column that holds nested values as JSON text (PostgreSQL's ``json``, ``jsonb``).
 JSON: pa.DataType = pa.json_()
@@ -102,7 +102,8 @@ class Fit:
         )
 
 
-def _nested(t: pa.DataType) -> bool:
+def is_nested(t: pa.DataType) -> bool:
+    """Whether ``t`` is a struct, map or list (held as JSON text by a ``json`` column)."""
     return (
         pa.types.is_struct(t)
         or pa.types.is_map(t)
@@ -122,7 +123,7 @@ def fit(source: pa.DataType, target: pa.DataType, path: str) -> Fit:
     if source == target:
         return Fit()
     if target == JSON:
-        return Fit() if _nested(source) else _refused(path, target, source)
+        return Fit() if is_nested(source) else _refused(path, target, source)
     if pa.types.is_struct(source) and pa.types.is_struct(target):
         result = Fit()
         for field in source:
@@ -140,7 +141,7 @@ def fit(source: pa.DataType, target: pa.DataType, path: str) -> Fit:
         return fit(source.key_type, target.key_type, f"{path}.key") + fit(
             source.item_type, target.item_type, f"{path}.value"
         )
-    if _nested(source) or _nested(target):
+    if is_nested(source) or is_nested(target):
         return _refused(path, target, source)
     if pa.types.is_timestamp(source) and pa.types.is_timestamp(target):
         same_kind = (source.tz is None) == (target.tz is None)

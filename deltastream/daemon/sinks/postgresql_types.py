@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltastream.daemon.sinks.exact import JSON
+from deltastream.daemon.sinks.exact import JSON, is_nested
 from deltastream.errors import InvalidArgumentError
 from deltastream.output import json_text_array
 
@@ -81,19 +81,9 @@ def pg_type(t: pa.DataType) -> str:
         if t.tz is None:
             return "timestamp without time zone"
         return "timestamp with time zone"
-    if _is_nested(t):
+    if is_nested(t):
         return "jsonb"
     raise InvalidArgumentError(f"no PostgreSQL type for Arrow type {t}")
-
-
-def _is_nested(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_struct(t)
-        or pa.types.is_map(t)
-        or pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-    )
 
 
 #: Catalog types (``format_type``'s spelling) and the Arrow types with the same values.
@@ -231,7 +221,7 @@ def csv_ready(batch: pa.RecordBatch | pa.Table) -> pa.Table:
             values = table.column(i).to_pylist()
             hexed = pa.array([None if v is None else "\\x" + v.hex() for v in values], pa.string())
             table = table.set_column(i, field.name, hexed)
-        elif _is_nested(t):
+        elif is_nested(t):
             combined = table.column(i).combine_chunks()
             table = table.set_column(i, field.name, json_text_array(combined))
     return table
