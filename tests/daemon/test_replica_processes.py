@@ -406,6 +406,8 @@ def test_a_replica_cut_off_from_the_state_store_stops_before_its_lease_expires(
         b = Replica(config_b, tmp_path / "b.log")
         replicas.append(b)
         watch([b], lambda owned: owned[0] == set())
+        # Standing by, reaching the store: ready.
+        assert b.health()[0] == 200, b.health()
         proxy.rate = 1.0
         cut = time.monotonic()
         # a gives everything up on its own clock (0.6 x 3 s after its last renewal), and b
@@ -413,6 +415,12 @@ def test_a_replica_cut_off_from_the_state_store_stops_before_its_lease_expires(
         watch([a, b], lambda owned: owned[0] == set(), timeout=10)
         stopped = time.monotonic() - cut
         assert stopped < 3, stopped
+        # a is not ready, and says why and for how long.
+        status, body = a.health()
+        assert status == 503 and body["status"] == "unreachable", body
+        lease_store = body["lease_store"]
+        assert lease_store["for_seconds"] >= 0.6 * 3, lease_store
+        assert lease_store["reason"].split(":")[0].endswith("Error"), lease_store
         watch([a, b], lambda owned: owned[1] == ALL, timeout=15)
         append(tmp_path, 2, 2)
         wait_delivered(tmp_path, [0, 1, 2, 3])

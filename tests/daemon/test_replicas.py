@@ -5,7 +5,9 @@ test_replica_processes.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -224,7 +226,8 @@ class Flaky(ObjectStore):
     def __init__(self, inner: ObjectStore) -> None:
         super().__init__()
         self.inner = inner
-        self.cut = False
+        #: Cut off: ``True`` (refused, a StorageError) or ``"timeout"`` (a bare TimeoutError).
+        self.cut: bool | str = False
         #: Keys whose writes fail (a local writer frozen inside its write holds their lock).
         self.stuck: set[str] = set()
 
@@ -233,6 +236,8 @@ class Flaky(ObjectStore):
         return self.inner.root_uri
 
     def _check(self) -> None:
+        if self.cut == "timeout":
+            raise TimeoutError
         if self.cut:
             raise StorageError(self.root_uri, "connection refused (cut off by the test)")
 
@@ -378,27 +383,47 @@ async def test_a_dead_member_is_replaced_after_a_ttl_and_a_thawed_one_gives_up(
 
 @pytest.mark.anyio
 async def test_a_member_cut_off_from_the_store_stops_before_anyone_takes_over(
-    group: Callable[..., Member],
+    group: Callable[..., Member], caplog: pytest.LogCaptureFixture
 ) -> None:
     clock: Clock = group.clock  # type: ignore[attr-defined]
     a, b = group(), group()
+    # Cut off by refusals on the object stores, by a bare TimeoutError (no text of its
+    # own) on the local one.
+    local = "://" not in a.store.root_uri or a.store.root_uri.startswith("file:")
+    cut: bool | str = "timeout" if local else True
+    why = (
+        "TimeoutError"
+        if local
+        else r"StorageError: \S+: connection refused \(cut off by the test\)"
+    )
     await a.coordinator.join()
     await b.coordinator.join()
     await steps(a, b, clock=clock, seconds=1, rounds=8)
-    a.store.cut = True
+    a.store.cut = cut
     last_ok = clock.now
     stopped_at = None
     while len(b.host.running) < 12:
         await steps(a, b, clock=clock, seconds=0.5, rounds=1)
+        with contextlib.suppress(StorageError, TimeoutError):
+            await a.coordinator.step()  # its renewals fail, once due
         if stopped_at is None and not a.host.running:
             stopped_at = clock.now
+            # Not ready from then on, saying why and how long; b (reaching it) is.
+            reason, silence = a.coordinator.unreachable() or ("", 0.0)
+            assert re.fullmatch(why, reason) and silence >= 0.6 * 10 - 1, (reason, silence)
+            assert b.coordinator.unreachable() is None
     took_over_at = clock.now
     assert stopped_at is not None
     # a stopped within 0.6 ttl of its last renewal, b took over a whole ttl after it.
     assert stopped_at - last_ok <= 0.6 * 10 + 3.5
     assert took_over_at - stopped_at >= 3
+    # The log names the exception's type (a bare TimeoutError has no text of its own).
+    warned = [r.getMessage() for r in caplog.records if "cannot renew its lease" in r.getMessage()]
+    assert warned and all(re.search(f"cannot renew its lease: {why}$", w) for w in warned), warned
+    assert a.coordinator.unreachable() is not None
     a.store.cut = False
     await steps(a, b, clock=clock, seconds=1, rounds=8)
+    assert a.coordinator.unreachable() is None
     assert len(a.host.running) + len(b.host.running) == 12
 
 

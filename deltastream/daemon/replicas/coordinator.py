@@ -136,6 +136,13 @@ class ShardHost(Protocol):
         running at ``deadline`` (monotonic; now or past: at once); return once stopped."""
 
 
+def _why(error: BaseException) -> str:
+    """An exception for a log line: its type, and its text where it has one (a bare
+    ``TimeoutError`` has none, and is still always truthy)."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 @dataclass
 class LeaseStats:
     """Counters for ``/metrics``."""
@@ -211,6 +218,12 @@ class Coordinator:
         self._membership: frozenset[str] = frozenset()
         self._stable_since = clock()
         self._warned = False
+        #: Why the last renewal failed to reach the store (``None``: it did not fail).
+        self._store_problem: str | None = None
+        #: The lease lapsed for want of a renewal (until one succeeds again).
+        self._silent = False
+        #: When this member began (its silence counts from here until a first renewal).
+        self._began = clock()
         self._tg: anyio.abc.TaskGroup | None = None
 
     # ------------------------------------------------------------------ properties
@@ -306,8 +319,10 @@ class Coordinator:
             self._member_tag = current
             return False
         except (DeltaStreamError, TimeoutError, OSError) as e:
-            self._warn(f"cannot renew its lease: {e or type(e).__name__}")
+            self._store_problem = _why(e)
+            self._warn(f"cannot renew its lease: {self._store_problem}")
             return False
+        self._store_problem, self._silent = None, False
         self._record, self._member_tag = record, tag
         # Its own record is known: the next listing need not read it back.
         self._cache[member_key(self.member)] = (tag, record)
@@ -369,9 +384,25 @@ class Coordinator:
         """Lapse if the last good renewal is too old; whether this member holds its lease."""
         ttl = self.settings.lease_ttl
         last = self._last_ok_send
-        if last is not None and not self._lapsed and self.clock() >= last + _LAPSE_AT * ttl:
-            self._lapse(f"could not renew its lease for {_LAPSE_AT * ttl:.1f}s")
+        now = self.clock()
+        if last is not None and not self._lapsed and now >= last + _LAPSE_AT * ttl:
+            # The silence itself (a process frozen for 12 s says 12 s, not the threshold).
+            self._lapse(f"could not renew its lease for {now - last:.1f}s")
+            self._silent = True
         return not self._lapsed
+
+    def unreachable(self) -> tuple[str, float] | None:
+        """Why this member cannot reach its lease store and for how long (seconds since its
+        last renewal was sent, or since it began), once that is long enough for its lease
+        to lapse (0.6 ``lease_ttl``); ``None`` while it reaches the store, whether it holds
+        shards or stands by."""
+        silence = self.clock() - (self._last_ok_send or self._began)
+        if self._silent or (
+            self._store_problem is not None and silence >= _LAPSE_AT * self.settings.lease_ttl
+        ):
+            # A renewal that hangs (no timeout yet) lapses the lease without an error.
+            return self._store_problem or "its lease renewals get no answer", silence
+        return None
 
     async def watchdog(self) -> None:
         """:meth:`check_lapse` on time even while a request hangs."""
@@ -532,7 +563,7 @@ class Coordinator:
             except PreconditionFailedError:
                 continue  # changed meanwhile: whoever wrote it decides
             except (StorageError, TimeoutError) as e:
-                self._warn(f"cannot free shard {shard} now: {e or type(e).__name__}")
+                self._warn(f"cannot free shard {shard} now: {_why(e)}")
                 continue
             self._cache[shard_key(shard)] = (tag, record)
             self.owners[shard] = ""
@@ -588,7 +619,7 @@ class Coordinator:
             except (StorageError, TimeoutError) as e:
                 # One shard's record may be unwritable for now (a local writer frozen inside
                 # its write holds the file's lock): the others are taken meanwhile.
-                self._warn(f"cannot take shard {shard} now: {e or type(e).__name__}")
+                self._warn(f"cannot take shard {shard} now: {_why(e)}")
         await self._free_stale_records(todo.claims)
         for shard in todo.releases:
             assert self._tg is not None
@@ -617,7 +648,8 @@ class Coordinator:
                     await self.join()
                     break
                 except (StorageError, TimeoutError) as e:
-                    self._warn(f"cannot join the group yet: {e or type(e).__name__}")
+                    self._store_problem = _why(e)
+                    self._warn(f"cannot join the group yet: {self._store_problem}")
                     with anyio.move_on_after(self.settings.poll_interval):
                         await stopping.wait()
             else:
@@ -632,7 +664,7 @@ class Coordinator:
                 try:
                     await self.step(renew=False)
                 except (DeltaStreamError, TimeoutError, OSError) as e:
-                    self._warn(f"cannot read the group's leases: {e or type(e).__name__}")
+                    self._warn(f"cannot read the group's leases: {_why(e)}")
                 with anyio.move_on_after(self.settings.poll_interval):
                     await stopping.wait()
             with anyio.CancelScope(shield=True):
@@ -681,7 +713,7 @@ class Coordinator:
                 await self._take_needed_step(seen_seq)
                 return
             except (StorageError, TimeoutError) as e:
-                self._warn(f"cannot read the group's leases: {e or type(e).__name__}")
+                self._warn(f"cannot read the group's leases: {_why(e)}")
             except _Waiting:
                 pass
             await anyio.sleep(self.settings.poll_interval)

@@ -16,7 +16,10 @@ more than ``max_restarts`` times within ``restart_window_seconds``; *stuck* when
 phase (starting, snapshot, following), it has made no progress for ``stuck_after_seconds``
 (default: max(120 s, 10 poll intervals, 2 safety poll intervals)) and no retry explains it:
 no successful poll or delivery, nor a new phase begun (a sink that never returns, a command
-that hangs without a timeout). Either makes the service unhealthy, as does stopping.
+that hangs without a timeout). Either makes the service unhealthy, as does stopping, and, in
+a replica group, a lease store the replica has not reached for long enough to lose its
+lease (*unreachable*, with the reason and how long): its streams stopped with the lease. A
+replica that merely stands by, reaching the store, is ready.
 Liveness (``/livez``) is only whether the process still serves HTTP: a down sink must not
 get the process restarted in a loop.
 
@@ -552,8 +555,9 @@ class Service:
 
     def health(self) -> tuple[bool, dict[str, object]]:
         """Whether the service is healthy (ready), and a JSON summary: the overall status
-        (``ok``, ``degraded``, ``stuck`` or ``stopping``), the stuck streams, the degraded
-        ones with why and their last error, and every stream's metrics."""
+        (``ok``, ``degraded``, ``stuck``, ``unreachable`` or ``stopping``), the stuck
+        streams, the degraded ones with why and their last error, every stream's metrics,
+        and for an unreachable lease store ``lease_store``: the reason and for how long."""
         now = time.monotonic()
         stuck: list[str] = []
         degraded: list[dict[str, object]] = []
@@ -569,8 +573,14 @@ class Service:
             quiet = now - m.last_progress_monotonic > self.config.stuck_after(s.tail)
             if m.running and quiet and m.retrying_since is None and not m.waiting_to_start:
                 stuck.append(name)
+        coordinator = self.coordinator
+        cut_off = None if coordinator is None else coordinator.unreachable()
         if self.stopping:
             status = "stopping"
+        elif cut_off is not None:
+            # Its streams stopped with its lease (another replica may run them); a replica
+            # that merely stands by, reaching the store, stays ready.
+            status = "unreachable"
         elif stuck:
             status = "stuck"
         elif degraded:
@@ -586,12 +596,16 @@ class Service:
             for table in tables:
                 shard = shard_of(str(table["name"]), group.shards)
                 table["owned"] = bool(table["owned"]) and shard in held
-        return status == "ok", {
+        summary: dict[str, object] = {
             "status": status,
             "stuck": stuck,
             "degraded": degraded,
             "tables": tables,
         }
+        if cut_off is not None:
+            reason, silence = cut_off
+            summary["lease_store"] = {"reason": reason, "for_seconds": round(silence, 1)}
+        return status == "ok", summary
 
     def _held_shards(self) -> set[int] | None:
         """The shards this replica holds a valid lease on now (``None``: no group). The
