@@ -6,6 +6,7 @@ test_replica_processes.py)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -23,7 +24,12 @@ from hypothesis import strategies as st
 
 from deltastream.daemon.replicas.assignment import plan, quota
 from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
-from deltastream.daemon.replicas.liveness import Observer, process_gone, this_process
+from deltastream.daemon.replicas.liveness import (
+    Observer,
+    ProcessIdentity,
+    process_gone,
+    this_process,
+)
 from deltastream.daemon.replicas.records import (
     GroupRecord,
     MemberRecord,
@@ -180,7 +186,10 @@ def test_a_member_is_gone_only_after_a_whole_ttl_without_a_new_tag() -> None:
 
 def test_a_process_gone_from_this_machine_is_seen_at_once() -> None:
     here = this_process()
-    me = MemberRecord("m", "replica", here.host, here.pid, here.boot_id, here.started)
+    me = MemberRecord(
+        "m", "replica", here.host, here.pid, here.boot_id, here.started, pid_ns=here.pid_ns
+    )
+    assert here.pid_ns != 0
     assert not process_gone(me, here)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
@@ -191,6 +200,42 @@ def test_a_process_gone_from_this_machine_is_seen_at_once() -> None:
     # Another machine, or one rebooted since: left to observation.
     assert not process_gone(replace(dead, host="elsewhere"), here)
     assert not process_gone(replace(dead, boot_id="other-boot"), here)
+    # Another pid namespace on this machine (a container with the host's name), or one not
+    # recorded (a record of an older version): its pid means nothing here.
+    assert not process_gone(replace(dead, pid_ns=here.pid_ns + 1), here)
+    assert not process_gone(replace(dead, pid_ns=0), here)
+
+
+def test_a_process_in_a_pid_namespace_of_its_own_is_never_judged_by_its_pid() -> None:
+    """Both ways: a process that is pid 1 in a namespace of its own records that namespace,
+    and neither it nor this process takes the other's pid for its own."""
+    here = this_process()
+    script = (
+        "import dataclasses, json; from deltastream.daemon.replicas.liveness import this_process; "
+        "print(json.dumps(dataclasses.asdict(this_process())))"
+    )
+    inside = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    there = ProcessIdentity(**json.loads(inside.stdout))
+    assert there.pid == 1 and there.pid_ns not in (0, here.pid_ns)
+    assert (there.host, there.boot_id) == (here.host, here.boot_id)
+    theirs = MemberRecord(
+        "x", "replica", there.host, 1, there.boot_id, there.started, pid_ns=there.pid_ns
+    )
+    ours = MemberRecord(
+        "y", "replica", here.host, here.pid, here.boot_id, here.started, pid_ns=here.pid_ns
+    )
+    assert not process_gone(theirs, here)  # pid 1 here is another process
+    assert not process_gone(ours, there)  # this pid is free (or another process) there
+    # The same record read back from its JSON, and an older one without the namespace.
+    assert MemberRecord.from_bytes("m", theirs.to_bytes()) == theirs
+    old = json.loads(theirs.to_bytes())
+    del old["pid_ns"]
+    assert MemberRecord.from_bytes("m", json.dumps(old).encode()).pid_ns == 0
 
 
 # ---------------------------------------------------------------------- coordinators

@@ -202,6 +202,7 @@ class Coordinator:
             pid=self.identity.pid,
             boot_id=self.identity.boot_id,
             started=self.identity.started,
+            pid_ns=self.identity.pid_ns,
             http=http,
         )
         self._member_tag: str | None = None
