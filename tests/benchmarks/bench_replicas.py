@@ -3,6 +3,7 @@ and how many requests its leases cost per replica.
 
     python tests/benchmarks/bench_replicas.py takeover [--kills 20] [--lease-ttl 15]
     python tests/benchmarks/bench_replicas.py traffic [--streams 10000] [--store local|s3]
+    python tests/benchmarks/bench_replicas.py steady [--seconds 60]    (as root: unshare)
 
 ``takeover``: two ``deltastream serve`` replicas share a few local tables; each round kills
 the replica running them and times, through the survivor's ``/healthz``, how long until it
@@ -18,6 +19,12 @@ replica made to the lease directory (``deltastream_lease_requests_total``) per s
 the leases in a local directory or on S3 (moto's server; the states stay local). There is
 no reference implementation to compare with: the figure to read is that it does not grow
 with the number of streams (run it with 100 and 10,000).
+
+``steady``: three replicas of six tables (8 shards, lease_ttl 3 s), two in pid namespaces of
+their own on this host's name and boot (``unshare --pid --fork --mount-proc``: containers
+with the host's name), one with a host name and boot id of its own; once balanced, for
+``--seconds``, how many shards each took and lost, and in how many /healthz polls a stream
+was owned by two (all three must stay 0).
 """
 
 from __future__ import annotations
@@ -48,16 +55,18 @@ def free_port() -> int:
 class Replica:
     started: list[Replica] = []  # noqa: RUF012 (every replica of the run, for the cleanup)
 
-    def __init__(self, config: Path, log: Path) -> None:
+    def __init__(self, config: Path, log: Path, prefix: tuple[str, ...] = ()) -> None:
         Replica.started.append(self)
         self.port = free_port()
         self.process = subprocess.Popen(
             [
+                *prefix,
                 *(sys.executable, "-m", "deltastream", "serve", "--config", str(config)),
                 *("--http", f"127.0.0.1:{self.port}", "--log-summary-every", "0"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=log.open("w"),
+            start_new_session=True,  # end() kills a wrapper's (unshare's) child with it
         )
 
     def owned(self) -> set[str] | None:
@@ -81,17 +90,17 @@ class Replica:
             return 0
         return sum(1 for t in body["tables"] if t["owned"] and t["status"] == "following")
 
-    def metric(self, name: str) -> float:
+    def metric(self, name: str, label: str = "") -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
             for line in r.read().decode().splitlines():
-                if line.startswith(name + "{"):
+                if line.startswith(name + "{") and label in line:
                     return float(line.rsplit(" ", 1)[1])
         raise SystemExit(f"no {name} in /metrics")
 
     def end(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGCONT)
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
 
@@ -240,6 +249,69 @@ def traffic(args: argparse.Namespace) -> None:
     )
 
 
+def steady(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
+    (root / "out").mkdir()
+    tables = 6
+    for i in range(tables):
+        write_deltalake(root / f"t{i}", pa.table({"id": [i]}), mode="append")
+    config = root / "c.toml"
+    text = config_text(root, tables, str(root / "t{i}"), 3).replace(
+        "rebalance_delay = 2", "rebalance_delay = 1\nshards = 8"
+    )
+    config.write_text(text)
+    names = {f"s{i}" for i in range(tables)}
+    boot_id = root / "other.boot_id"
+    boot_id.write_text("other-host-0000-0000-0000-000000000000\n")
+    own_ns = ("unshare", "--pid", "--fork", "--mount-proc")
+    script = (
+        'hostname "$1" && mount --bind "$2" /proc/sys/kernel/random/boot_id && shift 2 && exec "$@"'
+    )
+    elsewhere = (
+        *("unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc"),
+        *("sh", "-c", script, "sh", "other-host", str(boot_id)),
+    )
+    group = [
+        Replica(config, root / "a.log", own_ns),
+        Replica(config, root / "b.log", own_ns),
+        Replica(config, root / "c.log", elsewhere),
+    ]
+
+    def balanced() -> bool:
+        owned = [r.owned() or set() for r in group]
+        return set().union(*owned) == names and all(owned)
+
+    wait_for(balanced, 60)
+    time.sleep(3)  # the rebalance delay and its moves
+    acquired = 'transition="acquired"'
+    before = [r.metric("deltastream_lease_transitions_total", acquired) for r in group]
+    lost_before = [
+        r.metric("deltastream_lease_transitions_total", 'transition="lost"') for r in group
+    ]
+    polls = overlaps = 0
+    start = time.monotonic()
+    while time.monotonic() - start < args.seconds:
+        owned = [r.owned() or set() for r in group]
+        seen = [s for o in owned for s in o]
+        polls += 1
+        overlaps += len(seen) != len(set(seen))
+        time.sleep(0.2)
+    taken = [
+        r.metric("deltastream_lease_transitions_total", acquired) - b
+        for r, b in zip(group, before, strict=True)
+    ]
+    lost = [
+        r.metric("deltastream_lease_transitions_total", 'transition="lost"') - b
+        for r, b in zip(group, lost_before, strict=True)
+    ]
+    print(
+        f"steady, {tables} tables, 8 shards, lease_ttl 3 s, {args.seconds:g} s: replicas in "
+        "their own pid namespaces (2 sharing this host's name, 1 as another host): shards "
+        f"taken {[int(t) for t in taken]}, lost {[int(x) for x in lost]}, a stream on two "
+        f"replicas in {overlaps} of {polls} /healthz polls"
+    )
+
+
 def _end_children() -> None:
     """Kill the replicas a run started, however it ends (an error, Ctrl-C)."""
     for replica in Replica.started:
@@ -256,9 +328,11 @@ def main() -> None:
     r.add_argument("--streams", type=int, default=10_000)
     r.add_argument("--store", choices=("local", "s3"), default="local")
     r.add_argument("--seconds", type=float, default=60)
+    s = sub.add_parser("steady")
+    s.add_argument("--seconds", type=float, default=60)
     args = parser.parse_args()
     try:
-        takeover(args) if args.what == "takeover" else traffic(args)
+        {"takeover": takeover, "traffic": traffic, "steady": steady}[args.what](args)
     finally:
         _end_children()
 

@@ -571,3 +571,46 @@ def test_replicas_in_pid_namespaces_of_their_own_sharing_a_host_name_hold_steady
     assert time.monotonic() - killed >= 3 * 0.9
     append(tmp_path, 1, 1)
     wait_delivered(tmp_path, [0, 1])
+
+
+def test_no_reset_or_run_once_goes_around_the_group(
+    tmp_path: Path, replicas: list[Replica]
+) -> None:
+    """While a replica runs stream t0 into a Delta target, ``tail --available-now --reset``
+    and ``reset`` of it are refused in one line naming the holder (host, pid, address),
+    touching nothing; with the group stopped, ``reset`` runs (under the stream's lease), and
+    the group's record beside the state survives it."""
+    (tmp_path / "out").mkdir()
+    append(tmp_path, 2, 0, tables=1)
+    config = write_config(tmp_path, tables=1, sink="delta")
+    replica = Replica(config, tmp_path / "replica.log")
+    replicas.append(replica)
+    wait_delivered(tmp_path, [0, 1], tables=1)
+    state = tmp_path / "state" / "t0"
+    sink = f"delta:{tmp_path / 'out' / 't0'}"
+    common = ("--sink", sink, "--name", "t0", "--state", str(state))
+    deltastream = (sys.executable, "-m", "deltastream")
+    tail = [*deltastream, "tail", str(tmp_path / "t0"), *common, "--available-now", "--reset"]
+    reset = [*deltastream, "reset", *common]
+    # Both at once (each refusal waits to see the replica's heartbeat move).
+    running = [subprocess.Popen(c, stderr=subprocess.PIPE, text=True) for c in (tail, reset)]
+    for process, what in zip(running, ("tail", "reset"), strict=True):
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 2, (what, stderr)
+        # One error line (the others are the log's).
+        (line,) = [line for line in stderr.splitlines() if "error:" in line]
+        assert line.startswith("deltastream: error: "), line
+        assert "stream 't0' is run by replica" in line, line
+        assert f"{socket.gethostname()} pid " in line and f"127.0.0.1:{replica.port}" in line
+    assert "--force" in line  # the reset's refusal says how to reset anyway
+    assert (state / "position.json").exists()
+    assert delivered(tmp_path, tables=1) == {"t0": [0, 1]}
+    assert replica.metric("deltastream_fenced_attempts_total") == 0
+    replica.stop()
+    assert replica.process.returncode == 0
+    done = subprocess.run(reset, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert delivered(tmp_path, tables=1) == {"t0": []}
+    assert not (state / "position.json").exists()
+    recorded = json.loads((state / "replica-group.json").read_text())
+    assert recorded["group"] == str(tmp_path / "state" / "_replicas")

@@ -180,9 +180,12 @@ class Coordinator:
         role: Role = "replica",
         needed: Mapping[int, str] | None = None,
         http: str = "",
+        remedy: str = "it was left alone. Stop that process, or let it run the stream",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``needed``: an exclusive member's shards, each with a stream of it (for messages)."""
+        """``needed``: an exclusive member's shards, each with a stream of it (for messages);
+        ``remedy``: what its refusal says after naming the holder."""
+        self.remedy = remedy
         self.store = store
         self.settings = settings
         self.host = host
@@ -741,8 +744,7 @@ class Coordinator:
                     raise StreamHeldError(
                         self.store.uri_for(shard_key(shard)),
                         f"stream {stream!r} is run by {view.record.describe()} of the "
-                        f"group at {self.uri}; it was left alone. Stop that process, "
-                        "or let it run the stream",
+                        f"group at {self.uri}; {self.remedy}",
                     )
                 waiting = True
                 continue

@@ -50,6 +50,7 @@ from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
 from deltastream.daemon.replicas.records import shard_of
 from deltastream.daemon.service.heap import HeapSettler
 from deltastream.daemon.sinks import parse_sink
+from deltastream.daemon.stream.reset import reset_stream
 from deltastream.daemon.stream.tailer import Progress, TailConfig, Tailer
 from deltastream.errors import (
     DeltaStreamError,
@@ -195,8 +196,12 @@ class Service:
         progress: Progress | None = None,
         log_failures: bool = True,
         settle_heap: bool = False,
+        reset: bool = False,
     ) -> None:
-        """``log_failures``: log a stream's failure for good at ERROR; ``False`` when the
+        """``reset``: start each stream over before it first runs
+        (:func:`~deltastream.daemon.stream.reset.reset_stream`; ``tail --reset``): in a
+        replica group, under the stream's lease, so never while a replica runs it.
+        ``log_failures``: log a stream's failure for good at ERROR; ``False`` when the
         caller reports :attr:`failures` itself (``deltastream tail`` prints its one error
         line): then at DEBUG, so that it is not shown twice. ``settle_heap``: freeze the
         process's heap out of garbage collection once every stream is past its start-up,
@@ -204,6 +209,8 @@ class Service:
         command line does)."""
         self.config = config
         self._log_failures = log_failures
+        #: The streams still to be reset before their first run.
+        self._resets = {s.tail.name for s in config.streams} if reset else set()
         self._sinks = dict(sinks or {})
         self._starts: anyio.CapacityLimiter | None = None
         self._progress = progress
@@ -429,6 +436,8 @@ class Service:
             started = time.monotonic()
             try:
                 sink = self._make_sink(stream)
+                if name in self._resets:
+                    await self._reset(stream, sink)
                 tailer = Tailer(
                     stream.tail,
                     sink,
@@ -526,6 +535,17 @@ class Service:
                     else:
                         await _either(self._stopping, stop)
         metrics.status = "stopped"
+
+    async def _reset(self, stream: StreamConfig, sink: Sink) -> None:
+        """Start ``stream`` over (once), with the sink it then runs with."""
+        tail = stream.tail
+        try:
+            await reset_stream(tail.name, sink, tail.state, tail.resolved_state_options)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await sink.aclose()
+            raise
+        self._resets.discard(tail.name)
 
     def _record_restart(self, name: str) -> None:
         times = self.restart_times[name]
