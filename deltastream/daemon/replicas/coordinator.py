@@ -14,15 +14,21 @@ The protocol (objects: :mod:`~deltastream.daemon.replicas.records`; liveness:
   from a member before seeing its heartbeat unchanged for a whole ttl, which is later than
   that. A member that lapsed holds nothing until it has taken each shard again with a
   conditional write, which a replica that took it meanwhile makes fail.
-* **Watch**: every poll interval (at most 1 s), one LIST of the directory gives every
-  heartbeat's and shard record's tag; records are read again only when their tag changed.
-  A held shard whose record changed was lost: its streams are cancelled at once.
+* **Watch**: every poll interval (at most 1 s; every 0.1 s while another member is
+  leaving), one LIST of the directory gives every heartbeat's and shard record's tag;
+  records are read again only when their tag changed, up to 16 at once. A held shard whose
+  record changed was lost: its streams are cancelled at once.
 * **Share**: :func:`~deltastream.daemon.replicas.assignment.plan`, acted on with
-  conditional writes: a take writes the shard record over the tag read; a release (the
-  streams stopped first) writes it ``owner=""`` over the tag this member wrote.
-* **Leave** (SIGTERM): the heartbeat says ``leaving`` (the others share out without it), the
-  streams stop at their delivery boundaries, each shard is released, the heartbeat deleted:
-  another replica takes the shards at its next listing, well within 2 s.
+  conditional writes (up to 16 at once): a take writes the shard record over the tag read;
+  a release (the streams stopped first) writes it ``owner=""`` over the tag this member
+  wrote.
+* **Leave** (SIGTERM): the heartbeat says ``leaving`` (the others share out without it, and
+  list every 0.1 s from when they see it), the streams stop at their delivery boundaries,
+  each shard is released as soon as its streams stopped, the heartbeat deleted: another
+  replica takes each shard within about 0.1 s plus a round trip of its release, so the
+  streams run again within the poll interval (the others' next listing) plus the streams'
+  stop and start: about 2 s on an object store, measured in
+  ``tests/benchmarks/bench_replicas.py handover``.
 
 A stream that changes hands is still protected by its epoch: the new holder takes the next
 one in the stream's state, so anything a frozen process still tries to commit is fenced.
@@ -36,6 +42,7 @@ it does not.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -83,6 +90,14 @@ _CANCEL_AT = 0.8
 _TAKE_BEFORE = 0.5
 #: Heartbeats of members gone for this many ttls are deleted (by any replica).
 _FORGET_AFTER = 4.0
+#: Requests a member has in flight at once when it reads the records a listing showed
+#: changed, or takes shards: a hand-over of many shards costs a few round trips, not one
+#: per shard, and a store is not flooded.
+_AT_ONCE = 16
+#: Seconds between listings while another member is leaving (it releases its shards
+#: within its stop): its shards are taken as soon as they are released, not up to a poll
+#: interval later.
+_HANDOVER_POLL = 0.1
 
 
 @dataclass(frozen=True)
@@ -434,10 +449,36 @@ class Coordinator:
         self._cache[key] = (current, value)
         return value
 
+    async def _read_changed(self, listing: Mapping[str, str]) -> None:
+        """Read the records ``listing`` shows changed since last read, up to
+        :data:`_AT_ONCE` at a time, into the cache. Whatever fails here is read again (and
+        reported) by :meth:`observe`, one at a time as before."""
+        limiter = anyio.CapacityLimiter(_AT_ONCE)
+        parsers: dict[str, Callable[[str, bytes], object]] = {
+            "member": MemberRecord.from_bytes,
+            "shard": ShardRecord.from_bytes,
+        }
+
+        async def read(key: str, tag: str, parse: Callable[[str, bytes], object]) -> None:
+            async with limiter:
+                with contextlib.suppress(DeltaStreamError, TimeoutError, OSError):
+                    await self._read(key, tag, parse)
+
+        async with anyio.create_task_group() as tg:
+            for key, tag in listing.items():
+                parsed = parse_key(key)
+                cached = self._cache.get(key)
+                if parsed is None or (cached is not None and cached[0] == tag):
+                    continue
+                kind, ident = parsed
+                if kind == "member" or (isinstance(ident, int) and ident < self.settings.shards):
+                    tg.start_soon(read, key, tag, parsers[kind])
+
     async def observe(self) -> None:
         """List the directory and bring :attr:`members` and :attr:`owners` up to date."""
         listing = await self._list()
         received = self.clock()
+        await self._read_changed(listing)
         members: dict[str, MemberView] = {}
         owners: dict[int, str] = {}
         tags: dict[int, str] = {}
@@ -456,11 +497,13 @@ class Coordinator:
                 if record is None:
                     continue
                 self._observer.observe(ident, tag, received)
-                now = self.clock()
+                # Judged as of the listing, which is all the evidence there is: reads after it
+                # (slow, or many) must not age a heartbeat the listing showed.
                 alive = ident == self.member or not (
-                    self._observer.expired(ident, now) or process_gone(record, self.identity)
+                    self._observer.expired(ident, received) or process_gone(record, self.identity)
                 )
-                members[ident] = MemberView(record, alive, self._observer.unchanged_for(ident, now))
+                unchanged = self._observer.unchanged_for(ident, received)
+                members[ident] = MemberView(record, alive, unchanged)
             elif isinstance(ident, int) and ident < self.settings.shards:
                 shard_record = await self._read(key, tag, ShardRecord.from_bytes)
                 if shard_record is not None:
@@ -617,13 +660,20 @@ class Coordinator:
             held=set(self.held) - self._releasing,
             shed=shed and not self._releasing,
         )
-        for shard in todo.claims:
-            try:
-                await self._take(shard)
-            except (StorageError, TimeoutError) as e:
-                # One shard's record may be unwritable for now (a local writer frozen inside
-                # its write holds the file's lock): the others are taken meanwhile.
-                self._warn(f"cannot take shard {shard} now: {_why(e)}")
+        limiter = anyio.CapacityLimiter(_AT_ONCE)
+
+        async def take(shard: int) -> None:
+            async with limiter:
+                try:
+                    await self._take(shard)
+                except (DeltaStreamError, TimeoutError, OSError) as e:
+                    # One shard's record may be unwritable for now (a local writer frozen
+                    # inside its write holds the file's lock): the others are taken meanwhile.
+                    self._warn(f"cannot take shard {shard} now: {_why(e)}")
+
+        async with anyio.create_task_group() as tg:
+            for shard in todo.claims:
+                tg.start_soon(take, shard)
         await self._free_stale_records(todo.claims)
         for shard in todo.releases:
             assert self._tg is not None
@@ -669,11 +719,22 @@ class Coordinator:
                     await self.step(renew=False)
                 except (DeltaStreamError, TimeoutError, OSError) as e:
                     self._warn(f"cannot read the group's leases: {_why(e)}")
-                with anyio.move_on_after(self.settings.poll_interval):
+                with anyio.move_on_after(self.poll_delay()):
                     await stopping.wait()
             with anyio.CancelScope(shield=True):
                 await self.leave(grace)
             tg.cancel_scope.cancel()
+
+    def poll_delay(self) -> float:
+        """Seconds until the next listing: the poll interval, or :data:`_HANDOVER_POLL`
+        while another member that is alive says it is leaving (a replica, which takes what
+        it releases; a member that dies while leaving stops counting after ``lease_ttl``)."""
+        if self.role == "replica" and any(
+            view.alive and view.record.leaving and member != self.member
+            for member, view in self.members.items()
+        ):
+            return min(_HANDOVER_POLL, self.settings.poll_interval)
+        return self.settings.poll_interval
 
     async def leave(self, grace: float) -> None:
         """Stop every held shard's streams (``grace`` seconds to reach a boundary), release
