@@ -5,6 +5,7 @@ and how many requests its leases cost per replica.
     python tests/benchmarks/bench_replicas.py traffic [--streams 10000] [--store local|s3]
     python tests/benchmarks/bench_replicas.py steady [--seconds 60]    (as root: unshare)
     python tests/benchmarks/bench_replicas.py handover [--rounds 10] [--compare REV]
+        [--tables 8] [--latency 20,50]
 
 ``takeover``: two ``deltastream serve`` replicas share a few local tables; each round kills
 the replica running them and times, through the survivor's ``/healthz``, how long until it
@@ -34,7 +35,9 @@ until the survivor runs every stream (owns it) and until every stream is past it
 (``following``: delivering again), then starts a new replica and waits for the rebalance.
 With ``--compare REV`` each round does the same, first with deltastream as of git revision
 REV (its ``deltastream/`` extracted to a temporary directory, run with ``PYTHONPATH``), then
-with this checkout: before and after, side by side under the same load.
+with this checkout: before and after, side by side under the same load. ``--latency 20,50``
+sends the replicas' requests through tests/faultproxy.py, each delayed 20-50 ms, as a real
+S3's round trip is (moto's own is a few ms).
 """
 
 from __future__ import annotations
@@ -360,6 +363,28 @@ def start_moto() -> tuple[object, str, str]:
     return server, endpoint, options
 
 
+def moto_put_latency(endpoint: str) -> float:
+    """The median milliseconds of a small PUT to moto's server (its own latency, as the
+    replicas see it: a new connection's handshake excluded)."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+    s3.put_object(Bucket="bench", Key="probe", Body=b"{}")
+    times = []
+    for _ in range(30):
+        start = time.perf_counter()
+        s3.put_object(Bucket="bench", Key="probe", Body=b"{}")
+        times.append((time.perf_counter() - start) * 1000)
+    s3.delete_object(Bucket="bench", Key="probe")
+    return statistics.median(times)
+
+
 class HandoverGroup:
     """Two replicas of one configuration (states and leases on S3) for :func:`handover`,
     running deltastream from ``code`` (``None``: this checkout)."""
@@ -434,7 +459,20 @@ def handover(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     for i in range(args.tables):
         write_deltalake(root / f"t{i}", pa.table({"id": [i]}), mode="append")
-    server, _, options = start_moto()
+    server, endpoint, options = start_moto()
+    proxy = None
+    if args.latency:
+        # Every request of the replicas delayed as a real S3's round trip is (moto's own is
+        # a few ms on one machine): tests/faultproxy.py's "delay" on all of them.
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: faultproxy
+        from faultproxy import FaultProxy
+
+        low, high = (float(x) / 1000 for x in args.latency.split(","))
+        proxy = FaultProxy(endpoint, rate=1.0, weights={"delay": 1.0}, delay_range=(low, high))
+        proxy.start()
+        options = options.replace(endpoint, proxy.url)
+        endpoint = proxy.url
+    put_ms = moto_put_latency(endpoint)
     variants: list[tuple[str, Path | None]] = []
     if args.compare:
         code = root / "before"
@@ -457,10 +495,12 @@ def handover(args: argparse.Namespace) -> None:
             group.round()
     for r in Replica.started:
         r.end()
+    if proxy is not None:
+        proxy.stop()
     server.stop()  # type: ignore[attr-defined]
     print(
         f"SIGTERM hand-over, {args.tables} tables, 64 shards, lease_ttl {args.lease_ttl:g} s, "
-        f"states and leases on S3 (moto), {args.rounds} rounds:"
+        f"states and leases on S3 (moto, PUT p50 {put_ms:.0f} ms), {args.rounds} rounds:"
     )
     for (label, _), group in zip(variants, groups, strict=True):
         for what, values in (
@@ -496,6 +536,11 @@ def main() -> None:
     h.add_argument("--tables", type=int, default=8)
     h.add_argument("--lease-ttl", type=float, default=15)
     h.add_argument("--compare", metavar="REV", help="also run git revision REV, side by side")
+    h.add_argument(
+        "--latency",
+        metavar="MIN_MS,MAX_MS",
+        help="delay every request to moto by MIN_MS..MAX_MS (e.g. 20,50: a real S3's round trip)",
+    )
     args = parser.parse_args()
     commands = {"takeover": takeover, "traffic": traffic, "steady": steady, "handover": handover}
     try:
