@@ -30,6 +30,7 @@ import pyarrow as pa
 from deltastream._version import __version__
 from deltastream.changes.api import read_changes
 from deltastream.daemon.api import default_stream_name
+from deltastream.daemon.delivery import Sink
 from deltastream.daemon.observability.logs import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -42,7 +43,7 @@ from deltastream.daemon.service import sd_notify
 from deltastream.daemon.service.address import parse_address
 from deltastream.daemon.service.config import load_config
 from deltastream.daemon.service.preflight import check_service
-from deltastream.daemon.service.recorded_group import recorded_group
+from deltastream.daemon.service.recorded_group import holding, recorded_group
 from deltastream.daemon.service.supervisor import Service, ServiceConfig, single_stream
 from deltastream.daemon.sinks import SPEC_FORMS, parse_sink
 from deltastream.daemon.stream.config import (
@@ -54,7 +55,12 @@ from deltastream.daemon.stream.config import (
 )
 from deltastream.daemon.stream.reset import reset_stream
 from deltastream.demo import run_demo
-from deltastream.errors import DeltaStreamError, InvalidArgumentError, OutputClosedError
+from deltastream.errors import (
+    DeltaStreamError,
+    InvalidArgumentError,
+    OutputClosedError,
+    StreamHeldError,
+)
 from deltastream.log.actions import AddFile
 from deltastream.output import write_json_lines, write_parquet
 from deltastream.read.api import read_rows
@@ -345,7 +351,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Discards what the stream wrote to its sink (a jsonl file, its parquet "
         "files, the rows of a PostgreSQL or Delta target table; nothing for http, exec and "
         "jsonl:-) and then its state (position and saved "
-        "snapshots), so that its next run starts afresh. Refuses while the stream runs. It "
+        "snapshots), so that its next run starts afresh. Refuses while the stream runs, and "
+        "while a live replica of the group its state names holds it (unless --force). It "
         "records itself in the state directory first: a reset cut short blocks the stream "
         "until it is run again.",
     )
@@ -359,6 +366,13 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="store setting for a delta sink's target in an object store, as given to tail; "
         "may repeat",
+    )
+    reset.add_argument(
+        "--force",
+        action="store_true",
+        help="reset even while a live replica of the stream's group runs it (that replica "
+        "starts the stream over at its next commit; what it delivers until then is "
+        "delivered again)",
     )
     reset.add_argument(
         "--state-storage-option",
@@ -520,9 +534,12 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 args.sink, table=args.name, sink_options=_storage_options(args.sink_option)
             )
             removed = anyio.run(
-                lambda: reset_stream(
-                    args.name, sink, args.state, _storage_options(args.state_storage_option)
-                )
+                _reset,
+                args.name,
+                sink,
+                args.state,
+                _storage_options(args.state_storage_option),
+                args.force,
             )
             out.write(json.dumps({"stream": args.name, "removed": removed}) + "\n")
         elif args.command in ("tail", "serve", "demo"):
@@ -545,6 +562,23 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+async def _reset(
+    name: str, sink: Sink, state: str, options: dict[str, str], force: bool
+) -> list[str]:
+    """``deltastream reset``: under the stream's lease in the replica group its state names
+    (refused, naming the holder, while a live replica holds it, unless ``force``)."""
+    group = await recorded_group(state, options)
+    if group is None:
+        return await reset_stream(name, sink, state, options)
+    try:
+        return await holding(group, name, lambda: reset_stream(name, sink, state, options))
+    except StreamHeldError as e:
+        if not force:
+            raise
+        logging.getLogger("deltastream").warning("%s; resetting it anyway (--force)", e)
+    return await reset_stream(name, sink, state, options)
 
 
 def _report(error: DeltaStreamError) -> int:
@@ -628,15 +662,12 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
     # An unusable state or sink location, or an HTTP address that cannot be bound, is an
     # error now (exit 2), not a stream retrying for ever.
     check_service(config)
-    if args.command == "tail" and args.reset:
-        (stream,) = config.streams
-        tail = stream.tail
-        sink = parse_sink(stream.sink, table=tail.name)
-        anyio.run(lambda: reset_stream(tail.name, sink, tail.state, tail.resolved_state_options))
     if args.command == "tail":
-        # A stream a replica group runs: take its lease there (refused while a replica
-        # runs it), as the group's only writer of it while this runs.
-        group = anyio.run(recorded_group, config.streams[0].tail)
+        # A stream a replica group runs: take its lease there (refused, naming the holder,
+        # while a replica runs it), as the group's only writer of it while this runs; a
+        # --reset happens under that lease, after the refusal (the service resets it).
+        tail = config.streams[0].tail
+        group = anyio.run(recorded_group, tail.state, tail.resolved_state_options)
         if group is not None:
             config = replace(config, group=group, exclusive=True)
     # A stream's failure is printed once. tail prints it as its error line when it ends, so
@@ -648,6 +679,7 @@ def _run_daemon(args: argparse.Namespace, out: TextIO) -> int:
         progress=bar,
         log_failures=args.command == "serve" or config.log_format == "json",
         settle_heap=True,  # the process is the daemon's own
+        reset=args.command == "tail" and args.reset,
     )
 
     def stop_service() -> None:

@@ -487,7 +487,7 @@ def test_a_misspelt_option_suggests_the_right_one_with_the_commands_usage(
     ]
     assert usage_error(["reset", "--state", "/s", "--sink", "jsonl:-", "--nme", "t"], capsys) == [
         "usage: deltastream reset [-h] --state STATE --sink SINK --name NAME "
-        "[--sink-option KEY=VALUE] [--state-storage-option KEY=VALUE] [-v] "
+        "[--sink-option KEY=VALUE] [--force] [--state-storage-option KEY=VALUE] [-v] "
         "[--log-level {debug,info,warning,error}]",
         "deltastream reset: error: the following arguments are required: --name; --nme: did "
         "you mean --name?",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Unpack
 from urllib.parse import urlsplit
 
@@ -30,10 +31,10 @@ import anyio
 
 from deltastream.daemon.delivery import Delivery, Sink
 from deltastream.daemon.service.preflight import check_service
+from deltastream.daemon.service.recorded_group import recorded_group
 from deltastream.daemon.service.supervisor import Service, single_stream
-from deltastream.daemon.sinks import CallbackSink, parse_sink
+from deltastream.daemon.sinks import CallbackSink
 from deltastream.daemon.stream.config import TailOptions, tail_config
-from deltastream.daemon.stream.reset import reset_stream
 
 __all__ = ["default_stream_name", "tail"]
 
@@ -78,10 +79,12 @@ async def tail(
     # The CLI's start-up checks (address bindable, state and sink locations usable): a
     # clear InvalidArgumentError here rather than an ExceptionGroup from a running service.
     await anyio.to_thread.run_sync(check_service, service_config, sinks)
-    if reset:
-        target = sinks.get(config.name) or parse_sink(spec, table=config.name)
-        await reset_stream(config.name, target, config.state, config.resolved_state_options)
-    service = Service(service_config, sinks=sinks)
+    # As the CLI's tail: a stream a replica group runs is taken as the group's exclusive
+    # member (refused while a replica runs it), and a reset happens under that lease.
+    group = await recorded_group(config.state, config.resolved_state_options)
+    if group is not None:
+        service_config = replace(service_config, group=group, exclusive=True)
+    service = Service(service_config, sinks=sinks, reset=reset)
     await service.run()
     for error in service.failures.values():
         raise error

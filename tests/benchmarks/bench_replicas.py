@@ -3,6 +3,9 @@ and how many requests its leases cost per replica.
 
     python tests/benchmarks/bench_replicas.py takeover [--kills 20] [--lease-ttl 15]
     python tests/benchmarks/bench_replicas.py traffic [--streams 10000] [--store local|s3]
+    python tests/benchmarks/bench_replicas.py steady [--seconds 60]    (as root: unshare)
+    python tests/benchmarks/bench_replicas.py handover [--rounds 10] [--compare REV]
+        [--tables 8] [--latency 20,50]
 
 ``takeover``: two ``deltastream serve`` replicas share a few local tables; each round kills
 the replica running them and times, through the survivor's ``/healthz``, how long until it
@@ -18,6 +21,23 @@ replica made to the lease directory (``deltastream_lease_requests_total``) per s
 the leases in a local directory or on S3 (moto's server; the states stay local). There is
 no reference implementation to compare with: the figure to read is that it does not grow
 with the number of streams (run it with 100 and 10,000).
+
+``steady``: three replicas of six tables (8 shards, lease_ttl 3 s), two in pid namespaces of
+their own on this host's name and boot (``unshare --pid --fork --mount-proc``: containers
+with the host's name), one with a host name and boot id of its own; once balanced, for
+``--seconds``, how many shards each took and lost, and in how many /healthz polls a stream
+was owned by two (all three must stay 0).
+
+``handover``: two replicas of ``--tables`` local tables whose states and leases are on S3
+(moto's server, with its own latency: a PUT takes 20-50 ms here, as on S3), default shards
+(64) and lease_ttl (15 s); each round SIGTERMs the replica that started first and times
+until the survivor runs every stream (owns it) and until every stream is past its start-up
+(``following``: delivering again), then starts a new replica and waits for the rebalance.
+With ``--compare REV`` each round does the same, first with deltastream as of git revision
+REV (its ``deltastream/`` extracted to a temporary directory, run with ``PYTHONPATH``), then
+with this checkout: before and after, side by side under the same load. ``--latency 20,50``
+sends the replicas' requests through tests/faultproxy.py, each delayed 20-50 ms, as a real
+S3's round trip is (moto's own is a few ms).
 """
 
 from __future__ import annotations
@@ -48,16 +68,28 @@ def free_port() -> int:
 class Replica:
     started: list[Replica] = []  # noqa: RUF012 (every replica of the run, for the cleanup)
 
-    def __init__(self, config: Path, log: Path) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log: Path,
+        prefix: tuple[str, ...] = (),
+        code: Path | None = None,
+    ) -> None:
+        """``code``: a directory holding the ``deltastream`` package to run instead of this
+        checkout's (run from there, with it on ``PYTHONPATH``)."""
         Replica.started.append(self)
         self.port = free_port()
         self.process = subprocess.Popen(
             [
+                *prefix,
                 *(sys.executable, "-m", "deltastream", "serve", "--config", str(config)),
                 *("--http", f"127.0.0.1:{self.port}", "--log-summary-every", "0"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=log.open("w"),
+            start_new_session=True,  # end() kills a wrapper's (unshare's) child with it
+            cwd=code,
+            env=None if code is None else {**os.environ, "PYTHONPATH": str(code)},
         )
 
     def owned(self) -> set[str] | None:
@@ -81,17 +113,17 @@ class Replica:
             return 0
         return sum(1 for t in body["tables"] if t["owned"] and t["status"] == "following")
 
-    def metric(self, name: str) -> float:
+    def metric(self, name: str, label: str = "") -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
             for line in r.read().decode().splitlines():
-                if line.startswith(name + "{"):
+                if line.startswith(name + "{") and label in line:
                     return float(line.rsplit(" ", 1)[1])
         raise SystemExit(f"no {name} in /metrics")
 
     def end(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGCONT)
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
 
@@ -240,6 +272,247 @@ def traffic(args: argparse.Namespace) -> None:
     )
 
 
+def steady(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
+    (root / "out").mkdir()
+    tables = 6
+    for i in range(tables):
+        write_deltalake(root / f"t{i}", pa.table({"id": [i]}), mode="append")
+    config = root / "c.toml"
+    text = config_text(root, tables, str(root / "t{i}"), 3).replace(
+        "rebalance_delay = 2", "rebalance_delay = 1\nshards = 8"
+    )
+    config.write_text(text)
+    names = {f"s{i}" for i in range(tables)}
+    boot_id = root / "other.boot_id"
+    boot_id.write_text("other-host-0000-0000-0000-000000000000\n")
+    own_ns = ("unshare", "--pid", "--fork", "--mount-proc")
+    script = (
+        'hostname "$1" && mount --bind "$2" /proc/sys/kernel/random/boot_id && shift 2 && exec "$@"'
+    )
+    elsewhere = (
+        *("unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc"),
+        *("sh", "-c", script, "sh", "other-host", str(boot_id)),
+    )
+    group = [
+        Replica(config, root / "a.log", own_ns),
+        Replica(config, root / "b.log", own_ns),
+        Replica(config, root / "c.log", elsewhere),
+    ]
+
+    def balanced() -> bool:
+        owned = [r.owned() or set() for r in group]
+        return set().union(*owned) == names and all(owned)
+
+    wait_for(balanced, 60)
+    time.sleep(3)  # the rebalance delay and its moves
+    acquired = 'transition="acquired"'
+    before = [r.metric("deltastream_lease_transitions_total", acquired) for r in group]
+    lost_before = [
+        r.metric("deltastream_lease_transitions_total", 'transition="lost"') for r in group
+    ]
+    polls = overlaps = 0
+    start = time.monotonic()
+    while time.monotonic() - start < args.seconds:
+        owned = [r.owned() or set() for r in group]
+        seen = [s for o in owned for s in o]
+        polls += 1
+        overlaps += len(seen) != len(set(seen))
+        time.sleep(0.2)
+    taken = [
+        r.metric("deltastream_lease_transitions_total", acquired) - b
+        for r, b in zip(group, before, strict=True)
+    ]
+    lost = [
+        r.metric("deltastream_lease_transitions_total", 'transition="lost"') - b
+        for r, b in zip(group, lost_before, strict=True)
+    ]
+    print(
+        f"steady, {tables} tables, 8 shards, lease_ttl 3 s, {args.seconds:g} s: replicas in "
+        "their own pid namespaces (2 sharing this host's name, 1 as another host): shards "
+        f"taken {[int(t) for t in taken]}, lost {[int(x) for x in lost]}, a stream on two "
+        f"replicas in {overlaps} of {polls} /healthz polls"
+    )
+
+
+def start_moto() -> tuple[object, str, str]:
+    """moto's S3 server with a bucket ``bench``: the server, its endpoint, and storage
+    options for a TOML table."""
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket="bench")
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    options = (
+        f'{{ endpoint_url = "{endpoint}", aws_access_key_id = "testing", '
+        'aws_secret_access_key = "testing", region = "us-east-1" }'
+    )
+    return server, endpoint, options
+
+
+def moto_put_latency(endpoint: str) -> float:
+    """The median milliseconds of a small PUT to moto's server (its own latency, as the
+    replicas see it: a new connection's handshake excluded)."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+    s3.put_object(Bucket="bench", Key="probe", Body=b"{}")
+    times = []
+    for _ in range(30):
+        start = time.perf_counter()
+        s3.put_object(Bucket="bench", Key="probe", Body=b"{}")
+        times.append((time.perf_counter() - start) * 1000)
+    s3.delete_object(Bucket="bench", Key="probe")
+    return statistics.median(times)
+
+
+class HandoverGroup:
+    """Two replicas of one configuration (states and leases on S3) for :func:`handover`,
+    running deltastream from ``code`` (``None``: this checkout)."""
+
+    def __init__(
+        self,
+        label: str,
+        root: Path,
+        tables: int,
+        options: str,
+        args: argparse.Namespace,
+        code: Path | None,
+    ) -> None:
+        self.label, self.root, self.code = label, root / label, code
+        (self.root / "out").mkdir(parents=True)
+        lines = [
+            "[server]",
+            f"lease_ttl = {args.lease_ttl}",
+            "rebalance_delay = 2",
+            "log_summary_interval = 0",
+            "[defaults]",
+            f'state_dir = "s3://bench/{label}/state"',
+            f"state_storage_options = {options}",
+            "poll_interval = 0.1",
+            'mode = "follow"',
+        ]
+        for i in range(tables):
+            lines += [
+                "[[tables]]",
+                f'name = "s{i}"',
+                f'uri = "{root / f"t{i}"}"',
+                f'sink = "jsonl:{self.root / "out" / f"s{i}.jsonl"}"',
+            ]
+        self.config = self.root / "c.toml"
+        self.config.write_text("\n".join(lines) + "\n")
+        self.names = {f"s{i}" for i in range(tables)}
+        self.serial = 0
+        self.replicas = [self.start(), self.start()]
+        self.owned: list[float] = []
+        self.following: list[float] = []
+        self.exited: list[float] = []
+
+    def start(self) -> Replica:
+        self.serial += 1
+        return Replica(self.config, self.root / f"r{self.serial}.log", code=self.code)
+
+    def balanced(self) -> bool:
+        owned = [r.owned() or set() for r in self.replicas]
+        return set().union(*owned) == self.names and all(owned)
+
+    def round(self) -> None:
+        wait_for(self.balanced, 120)
+        time.sleep(3)  # the rebalance delay, and its moves done
+        victim, survivor = self.replicas
+        sigterm = time.monotonic()
+        victim.process.send_signal(signal.SIGTERM)
+        owned = wait_for(lambda: survivor.owned() == self.names, 60)
+        following = wait_for(lambda: survivor.following() == len(self.names), 60)
+        victim.process.wait(timeout=60)
+        self.exited.append(time.monotonic() - sigterm)  # (polled: an upper bound)
+        self.owned.append(owned)
+        self.following.append(owned + following)
+        print(
+            f"{self.label}: round {len(self.owned)}: owned {owned:.2f} s, following "
+            f"{owned + following:.2f} s, releasing replica exited by {self.exited[-1]:.2f} s",
+            file=sys.stderr,
+        )
+        self.replicas = [survivor, self.start()]
+
+
+def handover(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
+    for i in range(args.tables):
+        write_deltalake(root / f"t{i}", pa.table({"id": [i]}), mode="append")
+    server, endpoint, options = start_moto()
+    proxy = None
+    if args.latency:
+        # Every request of the replicas delayed as a real S3's round trip is (moto's own is
+        # a few ms on one machine): tests/faultproxy.py's "delay" on all of them.
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: faultproxy
+        from faultproxy import FaultProxy
+
+        low, high = (float(x) / 1000 for x in args.latency.split(","))
+        proxy = FaultProxy(endpoint, rate=1.0, weights={"delay": 1.0}, delay_range=(low, high))
+        proxy.start()
+        options = options.replace(endpoint, proxy.url)
+        endpoint = proxy.url
+    put_ms = moto_put_latency(endpoint)
+    variants: list[tuple[str, Path | None]] = []
+    if args.compare:
+        code = root / "before"
+        code.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", args.compare, "deltastream"],
+            cwd=Path(__file__).resolve().parents[2],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+        variants.append((f"before ({args.compare})", code))
+    variants.append(("after" if args.compare else "this checkout", None))
+    groups = [
+        HandoverGroup(f"g{n}", root, args.tables, options, args, code)
+        for n, (_, code) in enumerate(variants)
+    ]
+    for _ in range(args.rounds):
+        for group in groups:
+            group.round()
+    for r in Replica.started:
+        r.end()
+    if proxy is not None:
+        proxy.stop()
+    server.stop()  # type: ignore[attr-defined]
+    print(
+        f"SIGTERM hand-over, {args.tables} tables, 64 shards, lease_ttl {args.lease_ttl:g} s, "
+        f"states and leases on S3 (moto, PUT p50 {put_ms:.0f} ms), {args.rounds} rounds:"
+    )
+    for (label, _), group in zip(variants, groups, strict=True):
+        for what, values in (
+            ("survivor owns every stream", group.owned),
+            ("every stream following", group.following),
+        ):
+            print(
+                f"  {label:22s} {what:28s} p50 {statistics.median(values):5.2f} s  "
+                f"p99 {percentile(values, 0.99):5.2f} s  max {max(values):5.2f} s"
+            )
+
+
 def _end_children() -> None:
     """Kill the replicas a run started, however it ends (an error, Ctrl-C)."""
     for replica in Replica.started:
@@ -256,9 +529,22 @@ def main() -> None:
     r.add_argument("--streams", type=int, default=10_000)
     r.add_argument("--store", choices=("local", "s3"), default="local")
     r.add_argument("--seconds", type=float, default=60)
+    s = sub.add_parser("steady")
+    s.add_argument("--seconds", type=float, default=60)
+    h = sub.add_parser("handover")
+    h.add_argument("--rounds", type=int, default=10)
+    h.add_argument("--tables", type=int, default=8)
+    h.add_argument("--lease-ttl", type=float, default=15)
+    h.add_argument("--compare", metavar="REV", help="also run git revision REV, side by side")
+    h.add_argument(
+        "--latency",
+        metavar="MIN_MS,MAX_MS",
+        help="delay every request to moto by MIN_MS..MAX_MS (e.g. 20,50: a real S3's round trip)",
+    )
     args = parser.parse_args()
+    commands = {"takeover": takeover, "traffic": traffic, "steady": steady, "handover": handover}
     try:
-        takeover(args) if args.what == "takeover" else traffic(args)
+        commands[args.what](args)
     finally:
         _end_children()
 

@@ -406,6 +406,8 @@ def test_a_replica_cut_off_from_the_state_store_stops_before_its_lease_expires(
         b = Replica(config_b, tmp_path / "b.log")
         replicas.append(b)
         watch([b], lambda owned: owned[0] == set())
+        # Standing by, reaching the store: ready.
+        assert b.health()[0] == 200, b.health()
         proxy.rate = 1.0
         cut = time.monotonic()
         # a gives everything up on its own clock (0.6 x 3 s after its last renewal), and b
@@ -413,6 +415,12 @@ def test_a_replica_cut_off_from_the_state_store_stops_before_its_lease_expires(
         watch([a, b], lambda owned: owned[0] == set(), timeout=10)
         stopped = time.monotonic() - cut
         assert stopped < 3, stopped
+        # a is not ready, and says why and for how long.
+        status, body = a.health()
+        assert status == 503 and body["status"] == "unreachable", body
+        lease_store = body["lease_store"]
+        assert lease_store["for_seconds"] >= 0.6 * 3, lease_store
+        assert lease_store["reason"].split(":")[0].endswith("Error"), lease_store
         watch([a, b], lambda owned: owned[1] == ALL, timeout=15)
         append(tmp_path, 2, 2)
         wait_delivered(tmp_path, [0, 1, 2, 3])
@@ -490,3 +498,119 @@ def test_two_hundred_tables_over_three_replicas_through_a_kill_and_a_join(
     watch([*group, joined], lambda owned: balanced(final), timeout=60)
     append(tmp_path, 1, 1, tables)
     wait_delivered(tmp_path, [0, 1], tables)
+
+
+def own_pid_namespace() -> tuple[str, ...]:
+    """A prefix that starts a replica in a pid namespace of its own (its pid is 1 there;
+    /proc shows only its own processes), on the same host name and boot as the others: as
+    containers with the host's name (Docker ``--network host``, Kubernetes
+    ``hostNetwork: true``) are."""
+    return ("unshare", "--pid", "--fork", "--mount-proc")
+
+
+def other_host(root: Path, name: str) -> tuple[str, ...]:
+    """A prefix that starts a replica as if on another machine: a host name and a boot id of
+    its own (bound over /proc/sys/kernel/random/boot_id), in a pid namespace of its own."""
+    boot_id = root / f"{name}.boot_id"
+    boot_id.write_text(f"{name}-0000-0000-0000-000000000000\n")
+    script = (
+        'hostname "$1" && mount --bind "$2" /proc/sys/kernel/random/boot_id && shift 2 && exec "$@"'
+    )
+    return (
+        *("unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc"),
+        *("sh", "-c", script, "sh", name, str(boot_id)),
+    )
+
+
+def test_replicas_in_pid_namespaces_of_their_own_sharing_a_host_name_hold_steady(
+    tmp_path: Path, replicas: list[Replica]
+) -> None:
+    """Two replicas in pid namespaces of their own on one host name and boot (each is pid 1
+    in its namespace, and cannot see the other's process) and one that looks like another
+    machine: none judges another dead by a pid it cannot see. Balanced, no shard changes
+    hands in 10 s of steady running, never one stream on two; a replica killed in its own
+    namespace is taken over once its heartbeat stood still for lease_ttl."""
+    (tmp_path / "out").mkdir()
+    append(tmp_path, 1, 0)
+    config = write_config(tmp_path)
+    group = [
+        Replica(config, tmp_path / "a.log", prefix=own_pid_namespace()),
+        Replica(config, tmp_path / "b.log", prefix=own_pid_namespace()),
+        Replica(config, tmp_path / "c.log", prefix=other_host(tmp_path, "other-host")),
+    ]
+    replicas.extend(group)
+
+    def balanced(owned: list[set[str] | None]) -> bool:
+        try:
+            held = [r.metric("deltastream_replica_shards_owned") for r in group]
+        except OSError:
+            return False  # not serving yet
+        return set().union(*(o or set() for o in owned)) == ALL and sorted(held) == [2, 3, 3]
+
+    watch(group, balanced, timeout=30)
+    taken = [
+        r.metric("deltastream_lease_transitions_total", 'transition="acquired"') for r in group
+    ]
+    steady = time.monotonic()
+    while time.monotonic() - steady < 10:
+        watch(group, balanced, timeout=5)
+        time.sleep(0.2)
+    again = [
+        r.metric("deltastream_lease_transitions_total", 'transition="acquired"') for r in group
+    ]
+    assert again == taken, (taken, again)
+    assert all(
+        r.metric("deltastream_lease_transitions_total", 'transition="lost"') == 0 for r in group
+    )
+    # a dies (kill -9, its whole namespace with it): b and c, which cannot see its pid, take
+    # its shards once its heartbeat stood still for lease_ttl (3 s).
+    os.killpg(group[0].process.pid, signal.SIGKILL)
+    group[0].process.wait()
+    killed = time.monotonic()
+    watch(group[1:], lambda owned: set().union(*(o or set() for o in owned)) == ALL, timeout=15)
+    assert time.monotonic() - killed >= 3 * 0.9
+    append(tmp_path, 1, 1)
+    wait_delivered(tmp_path, [0, 1])
+
+
+def test_no_reset_or_run_once_goes_around_the_group(
+    tmp_path: Path, replicas: list[Replica]
+) -> None:
+    """While a replica runs stream t0 into a Delta target, ``tail --available-now --reset``
+    and ``reset`` of it are refused in one line naming the holder (host, pid, address),
+    touching nothing; with the group stopped, ``reset`` runs (under the stream's lease), and
+    the group's record beside the state survives it."""
+    (tmp_path / "out").mkdir()
+    append(tmp_path, 2, 0, tables=1)
+    config = write_config(tmp_path, tables=1, sink="delta")
+    replica = Replica(config, tmp_path / "replica.log")
+    replicas.append(replica)
+    wait_delivered(tmp_path, [0, 1], tables=1)
+    state = tmp_path / "state" / "t0"
+    sink = f"delta:{tmp_path / 'out' / 't0'}"
+    common = ("--sink", sink, "--name", "t0", "--state", str(state))
+    deltastream = (sys.executable, "-m", "deltastream")
+    tail = [*deltastream, "tail", str(tmp_path / "t0"), *common, "--available-now", "--reset"]
+    reset = [*deltastream, "reset", *common]
+    # Both at once (each refusal waits to see the replica's heartbeat move).
+    running = [subprocess.Popen(c, stderr=subprocess.PIPE, text=True) for c in (tail, reset)]
+    for process, what in zip(running, ("tail", "reset"), strict=True):
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 2, (what, stderr)
+        # One error line (the others are the log's).
+        (line,) = [line for line in stderr.splitlines() if "error:" in line]
+        assert line.startswith("deltastream: error: "), line
+        assert "stream 't0' is run by replica" in line, line
+        assert f"{socket.gethostname()} pid " in line and f"127.0.0.1:{replica.port}" in line
+    assert "--force" in line  # the reset's refusal says how to reset anyway
+    assert (state / "position.json").exists()
+    assert delivered(tmp_path, tables=1) == {"t0": [0, 1]}
+    assert replica.metric("deltastream_fenced_attempts_total") == 0
+    replica.stop()
+    assert replica.process.returncode == 0
+    done = subprocess.run(reset, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert delivered(tmp_path, tables=1) == {"t0": []}
+    assert not (state / "position.json").exists()
+    recorded = json.loads((state / "replica-group.json").read_text())
+    assert recorded["group"] == str(tmp_path / "state" / "_replicas")

@@ -5,7 +5,10 @@ test_replica_processes.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +24,12 @@ from hypothesis import strategies as st
 
 from deltastream.daemon.replicas.assignment import plan, quota
 from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
-from deltastream.daemon.replicas.liveness import Observer, process_gone, this_process
+from deltastream.daemon.replicas.liveness import (
+    Observer,
+    ProcessIdentity,
+    process_gone,
+    this_process,
+)
 from deltastream.daemon.replicas.records import (
     GroupRecord,
     MemberRecord,
@@ -178,7 +186,10 @@ def test_a_member_is_gone_only_after_a_whole_ttl_without_a_new_tag() -> None:
 
 def test_a_process_gone_from_this_machine_is_seen_at_once() -> None:
     here = this_process()
-    me = MemberRecord("m", "replica", here.host, here.pid, here.boot_id, here.started)
+    me = MemberRecord(
+        "m", "replica", here.host, here.pid, here.boot_id, here.started, pid_ns=here.pid_ns
+    )
+    assert here.pid_ns != 0
     assert not process_gone(me, here)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
@@ -189,6 +200,42 @@ def test_a_process_gone_from_this_machine_is_seen_at_once() -> None:
     # Another machine, or one rebooted since: left to observation.
     assert not process_gone(replace(dead, host="elsewhere"), here)
     assert not process_gone(replace(dead, boot_id="other-boot"), here)
+    # Another pid namespace on this machine (a container with the host's name), or one not
+    # recorded (a record of an older version): its pid means nothing here.
+    assert not process_gone(replace(dead, pid_ns=here.pid_ns + 1), here)
+    assert not process_gone(replace(dead, pid_ns=0), here)
+
+
+def test_a_process_in_a_pid_namespace_of_its_own_is_never_judged_by_its_pid() -> None:
+    """Both ways: a process that is pid 1 in a namespace of its own records that namespace,
+    and neither it nor this process takes the other's pid for its own."""
+    here = this_process()
+    script = (
+        "import dataclasses, json; from deltastream.daemon.replicas.liveness import this_process; "
+        "print(json.dumps(dataclasses.asdict(this_process())))"
+    )
+    inside = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    there = ProcessIdentity(**json.loads(inside.stdout))
+    assert there.pid == 1 and there.pid_ns not in (0, here.pid_ns)
+    assert (there.host, there.boot_id) == (here.host, here.boot_id)
+    theirs = MemberRecord(
+        "x", "replica", there.host, 1, there.boot_id, there.started, pid_ns=there.pid_ns
+    )
+    ours = MemberRecord(
+        "y", "replica", here.host, here.pid, here.boot_id, here.started, pid_ns=here.pid_ns
+    )
+    assert not process_gone(theirs, here)  # pid 1 here is another process
+    assert not process_gone(ours, there)  # this pid is free (or another process) there
+    # The same record read back from its JSON, and an older one without the namespace.
+    assert MemberRecord.from_bytes("m", theirs.to_bytes()) == theirs
+    old = json.loads(theirs.to_bytes())
+    del old["pid_ns"]
+    assert MemberRecord.from_bytes("m", json.dumps(old).encode()).pid_ns == 0
 
 
 # ---------------------------------------------------------------------- coordinators
@@ -224,7 +271,8 @@ class Flaky(ObjectStore):
     def __init__(self, inner: ObjectStore) -> None:
         super().__init__()
         self.inner = inner
-        self.cut = False
+        #: Cut off: ``True`` (refused, a StorageError) or ``"timeout"`` (a bare TimeoutError).
+        self.cut: bool | str = False
         #: Keys whose writes fail (a local writer frozen inside its write holds their lock).
         self.stuck: set[str] = set()
 
@@ -233,6 +281,8 @@ class Flaky(ObjectStore):
         return self.inner.root_uri
 
     def _check(self) -> None:
+        if self.cut == "timeout":
+            raise TimeoutError
         if self.cut:
             raise StorageError(self.root_uri, "connection refused (cut off by the test)")
 
@@ -378,27 +428,47 @@ async def test_a_dead_member_is_replaced_after_a_ttl_and_a_thawed_one_gives_up(
 
 @pytest.mark.anyio
 async def test_a_member_cut_off_from_the_store_stops_before_anyone_takes_over(
-    group: Callable[..., Member],
+    group: Callable[..., Member], caplog: pytest.LogCaptureFixture
 ) -> None:
     clock: Clock = group.clock  # type: ignore[attr-defined]
     a, b = group(), group()
+    # Cut off by refusals on the object stores, by a bare TimeoutError (no text of its
+    # own) on the local one.
+    local = "://" not in a.store.root_uri or a.store.root_uri.startswith("file:")
+    cut: bool | str = "timeout" if local else True
+    why = (
+        "TimeoutError"
+        if local
+        else r"StorageError: \S+: connection refused \(cut off by the test\)"
+    )
     await a.coordinator.join()
     await b.coordinator.join()
     await steps(a, b, clock=clock, seconds=1, rounds=8)
-    a.store.cut = True
+    a.store.cut = cut
     last_ok = clock.now
     stopped_at = None
     while len(b.host.running) < 12:
         await steps(a, b, clock=clock, seconds=0.5, rounds=1)
+        with contextlib.suppress(StorageError, TimeoutError):
+            await a.coordinator.step()  # its renewals fail, once due
         if stopped_at is None and not a.host.running:
             stopped_at = clock.now
+            # Not ready from then on, saying why and how long; b (reaching it) is.
+            reason, silence = a.coordinator.unreachable() or ("", 0.0)
+            assert re.fullmatch(why, reason) and silence >= 0.6 * 10 - 1, (reason, silence)
+            assert b.coordinator.unreachable() is None
     took_over_at = clock.now
     assert stopped_at is not None
     # a stopped within 0.6 ttl of its last renewal, b took over a whole ttl after it.
     assert stopped_at - last_ok <= 0.6 * 10 + 3.5
     assert took_over_at - stopped_at >= 3
+    # The log names the exception's type (a bare TimeoutError has no text of its own).
+    warned = [r.getMessage() for r in caplog.records if "cannot renew its lease" in r.getMessage()]
+    assert warned and all(re.search(f"cannot renew its lease: {why}$", w) for w in warned), warned
+    assert a.coordinator.unreachable() is not None
     a.store.cut = False
     await steps(a, b, clock=clock, seconds=1, rounds=8)
+    assert a.coordinator.unreachable() is None
     assert len(a.host.running) + len(b.host.running) == 12
 
 

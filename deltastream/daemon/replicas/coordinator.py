@@ -14,15 +14,21 @@ The protocol (objects: :mod:`~deltastream.daemon.replicas.records`; liveness:
   from a member before seeing its heartbeat unchanged for a whole ttl, which is later than
   that. A member that lapsed holds nothing until it has taken each shard again with a
   conditional write, which a replica that took it meanwhile makes fail.
-* **Watch**: every poll interval (at most 1 s), one LIST of the directory gives every
-  heartbeat's and shard record's tag; records are read again only when their tag changed.
-  A held shard whose record changed was lost: its streams are cancelled at once.
+* **Watch**: every poll interval (at most 1 s; every 0.1 s while another member is
+  leaving), one LIST of the directory gives every heartbeat's and shard record's tag;
+  records are read again only when their tag changed, up to 16 at once. A held shard whose
+  record changed was lost: its streams are cancelled at once.
 * **Share**: :func:`~deltastream.daemon.replicas.assignment.plan`, acted on with
-  conditional writes: a take writes the shard record over the tag read; a release (the
-  streams stopped first) writes it ``owner=""`` over the tag this member wrote.
-* **Leave** (SIGTERM): the heartbeat says ``leaving`` (the others share out without it), the
-  streams stop at their delivery boundaries, each shard is released, the heartbeat deleted:
-  another replica takes the shards at its next listing, well within 2 s.
+  conditional writes (up to 16 at once): a take writes the shard record over the tag read;
+  a release (the streams stopped first) writes it ``owner=""`` over the tag this member
+  wrote.
+* **Leave** (SIGTERM): the heartbeat says ``leaving`` (the others share out without it, and
+  list every 0.1 s from when they see it), the streams stop at their delivery boundaries,
+  each shard is released as soon as its streams stopped, the heartbeat deleted: another
+  replica takes each shard within about 0.1 s plus a round trip of its release, so the
+  streams run again within the poll interval (the others' next listing) plus the streams'
+  stop and start: about 2 s on an object store, measured in
+  ``tests/benchmarks/bench_replicas.py handover``.
 
 A stream that changes hands is still protected by its epoch: the new holder takes the next
 one in the stream's state, so anything a frozen process still tries to commit is fenced.
@@ -36,6 +42,7 @@ it does not.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -83,6 +90,14 @@ _CANCEL_AT = 0.8
 _TAKE_BEFORE = 0.5
 #: Heartbeats of members gone for this many ttls are deleted (by any replica).
 _FORGET_AFTER = 4.0
+#: Requests a member has in flight at once when it reads the records a listing showed
+#: changed, or takes shards: a hand-over of many shards costs a few round trips, not one
+#: per shard, and a store is not flooded.
+_AT_ONCE = 16
+#: Seconds between listings while another member is leaving (it releases its shards
+#: within its stop): its shards are taken as soon as they are released, not up to a poll
+#: interval later.
+_HANDOVER_POLL = 0.1
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,13 @@ class ShardHost(Protocol):
         running at ``deadline`` (monotonic; now or past: at once); return once stopped."""
 
 
+def _why(error: BaseException) -> str:
+    """An exception for a log line: its type, and its text where it has one (a bare
+    ``TimeoutError`` has none, and is still always truthy)."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 @dataclass
 class LeaseStats:
     """Counters for ``/metrics``."""
@@ -173,9 +195,12 @@ class Coordinator:
         role: Role = "replica",
         needed: Mapping[int, str] | None = None,
         http: str = "",
+        remedy: str = "it was left alone. Stop that process, or let it run the stream",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``needed``: an exclusive member's shards, each with a stream of it (for messages)."""
+        """``needed``: an exclusive member's shards, each with a stream of it (for messages);
+        ``remedy``: what its refusal says after naming the holder."""
+        self.remedy = remedy
         self.store = store
         self.settings = settings
         self.host = host
@@ -195,6 +220,7 @@ class Coordinator:
             pid=self.identity.pid,
             boot_id=self.identity.boot_id,
             started=self.identity.started,
+            pid_ns=self.identity.pid_ns,
             http=http,
         )
         self._member_tag: str | None = None
@@ -211,6 +237,12 @@ class Coordinator:
         self._membership: frozenset[str] = frozenset()
         self._stable_since = clock()
         self._warned = False
+        #: Why the last renewal failed to reach the store (``None``: it did not fail).
+        self._store_problem: str | None = None
+        #: The lease lapsed for want of a renewal (until one succeeds again).
+        self._silent = False
+        #: When this member began (its silence counts from here until a first renewal).
+        self._began = clock()
         self._tg: anyio.abc.TaskGroup | None = None
 
     # ------------------------------------------------------------------ properties
@@ -306,8 +338,10 @@ class Coordinator:
             self._member_tag = current
             return False
         except (DeltaStreamError, TimeoutError, OSError) as e:
-            self._warn(f"cannot renew its lease: {e or type(e).__name__}")
+            self._store_problem = _why(e)
+            self._warn(f"cannot renew its lease: {self._store_problem}")
             return False
+        self._store_problem, self._silent = None, False
         self._record, self._member_tag = record, tag
         # Its own record is known: the next listing need not read it back.
         self._cache[member_key(self.member)] = (tag, record)
@@ -369,9 +403,25 @@ class Coordinator:
         """Lapse if the last good renewal is too old; whether this member holds its lease."""
         ttl = self.settings.lease_ttl
         last = self._last_ok_send
-        if last is not None and not self._lapsed and self.clock() >= last + _LAPSE_AT * ttl:
-            self._lapse(f"could not renew its lease for {_LAPSE_AT * ttl:.1f}s")
+        now = self.clock()
+        if last is not None and not self._lapsed and now >= last + _LAPSE_AT * ttl:
+            # The silence itself (a process frozen for 12 s says 12 s, not the threshold).
+            self._lapse(f"could not renew its lease for {now - last:.1f}s")
+            self._silent = True
         return not self._lapsed
+
+    def unreachable(self) -> tuple[str, float] | None:
+        """Why this member cannot reach its lease store and for how long (seconds since its
+        last renewal was sent, or since it began), once that is long enough for its lease
+        to lapse (0.6 ``lease_ttl``); ``None`` while it reaches the store, whether it holds
+        shards or stands by."""
+        silence = self.clock() - (self._last_ok_send or self._began)
+        if self._silent or (
+            self._store_problem is not None and silence >= _LAPSE_AT * self.settings.lease_ttl
+        ):
+            # A renewal that hangs (no timeout yet) lapses the lease without an error.
+            return self._store_problem or "its lease renewals get no answer", silence
+        return None
 
     async def watchdog(self) -> None:
         """:meth:`check_lapse` on time even while a request hangs."""
@@ -399,10 +449,36 @@ class Coordinator:
         self._cache[key] = (current, value)
         return value
 
+    async def _read_changed(self, listing: Mapping[str, str]) -> None:
+        """Read the records ``listing`` shows changed since last read, up to
+        :data:`_AT_ONCE` at a time, into the cache. Whatever fails here is read again (and
+        reported) by :meth:`observe`, one at a time as before."""
+        limiter = anyio.CapacityLimiter(_AT_ONCE)
+        parsers: dict[str, Callable[[str, bytes], object]] = {
+            "member": MemberRecord.from_bytes,
+            "shard": ShardRecord.from_bytes,
+        }
+
+        async def read(key: str, tag: str, parse: Callable[[str, bytes], object]) -> None:
+            async with limiter:
+                with contextlib.suppress(DeltaStreamError, TimeoutError, OSError):
+                    await self._read(key, tag, parse)
+
+        async with anyio.create_task_group() as tg:
+            for key, tag in listing.items():
+                parsed = parse_key(key)
+                cached = self._cache.get(key)
+                if parsed is None or (cached is not None and cached[0] == tag):
+                    continue
+                kind, ident = parsed
+                if kind == "member" or (isinstance(ident, int) and ident < self.settings.shards):
+                    tg.start_soon(read, key, tag, parsers[kind])
+
     async def observe(self) -> None:
         """List the directory and bring :attr:`members` and :attr:`owners` up to date."""
         listing = await self._list()
         received = self.clock()
+        await self._read_changed(listing)
         members: dict[str, MemberView] = {}
         owners: dict[int, str] = {}
         tags: dict[int, str] = {}
@@ -421,11 +497,13 @@ class Coordinator:
                 if record is None:
                     continue
                 self._observer.observe(ident, tag, received)
-                now = self.clock()
+                # Judged as of the listing, which is all the evidence there is: reads after it
+                # (slow, or many) must not age a heartbeat the listing showed.
                 alive = ident == self.member or not (
-                    self._observer.expired(ident, now) or process_gone(record, self.identity)
+                    self._observer.expired(ident, received) or process_gone(record, self.identity)
                 )
-                members[ident] = MemberView(record, alive, self._observer.unchanged_for(ident, now))
+                unchanged = self._observer.unchanged_for(ident, received)
+                members[ident] = MemberView(record, alive, unchanged)
             elif isinstance(ident, int) and ident < self.settings.shards:
                 shard_record = await self._read(key, tag, ShardRecord.from_bytes)
                 if shard_record is not None:
@@ -532,7 +610,7 @@ class Coordinator:
             except PreconditionFailedError:
                 continue  # changed meanwhile: whoever wrote it decides
             except (StorageError, TimeoutError) as e:
-                self._warn(f"cannot free shard {shard} now: {e or type(e).__name__}")
+                self._warn(f"cannot free shard {shard} now: {_why(e)}")
                 continue
             self._cache[shard_key(shard)] = (tag, record)
             self.owners[shard] = ""
@@ -582,13 +660,20 @@ class Coordinator:
             held=set(self.held) - self._releasing,
             shed=shed and not self._releasing,
         )
-        for shard in todo.claims:
-            try:
-                await self._take(shard)
-            except (StorageError, TimeoutError) as e:
-                # One shard's record may be unwritable for now (a local writer frozen inside
-                # its write holds the file's lock): the others are taken meanwhile.
-                self._warn(f"cannot take shard {shard} now: {e or type(e).__name__}")
+        limiter = anyio.CapacityLimiter(_AT_ONCE)
+
+        async def take(shard: int) -> None:
+            async with limiter:
+                try:
+                    await self._take(shard)
+                except (DeltaStreamError, TimeoutError, OSError) as e:
+                    # One shard's record may be unwritable for now (a local writer frozen
+                    # inside its write holds the file's lock): the others are taken meanwhile.
+                    self._warn(f"cannot take shard {shard} now: {_why(e)}")
+
+        async with anyio.create_task_group() as tg:
+            for shard in todo.claims:
+                tg.start_soon(take, shard)
         await self._free_stale_records(todo.claims)
         for shard in todo.releases:
             assert self._tg is not None
@@ -617,7 +702,8 @@ class Coordinator:
                     await self.join()
                     break
                 except (StorageError, TimeoutError) as e:
-                    self._warn(f"cannot join the group yet: {e or type(e).__name__}")
+                    self._store_problem = _why(e)
+                    self._warn(f"cannot join the group yet: {self._store_problem}")
                     with anyio.move_on_after(self.settings.poll_interval):
                         await stopping.wait()
             else:
@@ -632,12 +718,23 @@ class Coordinator:
                 try:
                     await self.step(renew=False)
                 except (DeltaStreamError, TimeoutError, OSError) as e:
-                    self._warn(f"cannot read the group's leases: {e or type(e).__name__}")
-                with anyio.move_on_after(self.settings.poll_interval):
+                    self._warn(f"cannot read the group's leases: {_why(e)}")
+                with anyio.move_on_after(self.poll_delay()):
                     await stopping.wait()
             with anyio.CancelScope(shield=True):
                 await self.leave(grace)
             tg.cancel_scope.cancel()
+
+    def poll_delay(self) -> float:
+        """Seconds until the next listing: the poll interval, or :data:`_HANDOVER_POLL`
+        while another member that is alive says it is leaving (a replica, which takes what
+        it releases; a member that dies while leaving stops counting after ``lease_ttl``)."""
+        if self.role == "replica" and any(
+            view.alive and view.record.leaving and member != self.member
+            for member, view in self.members.items()
+        ):
+            return min(_HANDOVER_POLL, self.settings.poll_interval)
+        return self.settings.poll_interval
 
     async def leave(self, grace: float) -> None:
         """Stop every held shard's streams (``grace`` seconds to reach a boundary), release
@@ -681,7 +778,7 @@ class Coordinator:
                 await self._take_needed_step(seen_seq)
                 return
             except (StorageError, TimeoutError) as e:
-                self._warn(f"cannot read the group's leases: {e or type(e).__name__}")
+                self._warn(f"cannot read the group's leases: {_why(e)}")
             except _Waiting:
                 pass
             await anyio.sleep(self.settings.poll_interval)
@@ -708,8 +805,7 @@ class Coordinator:
                     raise StreamHeldError(
                         self.store.uri_for(shard_key(shard)),
                         f"stream {stream!r} is run by {view.record.describe()} of the "
-                        f"group at {self.uri}; it was left alone. Stop that process, "
-                        "or let it run the stream",
+                        f"group at {self.uri}; {self.remedy}",
                     )
                 waiting = True
                 continue

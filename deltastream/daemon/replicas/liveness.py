@@ -9,8 +9,15 @@ the last renewal it sent that succeeded (:mod:`~deltastream.daemon.replicas.coor
 so it runs none of them any more. This is the observation a lease needs, as in the
 DynamoDB lock client's lease by record version.
 
-A process on the same machine can also see at once that a member's process is gone: the
-member records its host, boot id, pid and the pid's start time.
+A process can also see at once that a member's process is gone, but only where it sees
+that process's pid: on the same machine since the same boot *and in the same pid namespace*.
+Containers that share a host's name (Docker ``--network host``, Kubernetes
+``hostNetwork: true``, podman pods) each have a pid namespace of their own, in which the
+other's pid is free or another process (often both are pid 1). So a member records its
+host, boot id, pid namespace (the inode of ``/proc/self/ns/pid``), pid and the pid's start
+time, and a pid is read only when all of host, boot and namespace are this process's own;
+a member recorded without a namespace (an older version) or elsewhere is judged by its
+heartbeat and lease alone.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pathlib import Path
 
 from deltastream.daemon.replicas.records import MemberRecord
 
-__all__ = ["Observer", "ProcessIdentity", "process_gone", "this_process"]
+__all__ = ["Observer", "ProcessIdentity", "process_gone", "sees_pid_of", "this_process"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,8 @@ class ProcessIdentity:
     pid: int
     boot_id: str
     started: int
+    #: The inode of the pid namespace whose pids ``/proc`` shows this process (0: unknown).
+    pid_ns: int = 0
 
 
 def _boot_id() -> str:
@@ -57,16 +66,41 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+def _pid_namespace(pid: int) -> int:
+    """The inode of the pid namespace whose pids this process's ``/proc`` shows, 0 if it
+    cannot be told. ``/proc`` may be mounted from another namespace than the process's own
+    (a container given the host's /proc): then ``/proc/self`` is not ``pid``, and the pids
+    it shows are not the ones members record."""
+    try:
+        if os.readlink("/proc/self") != str(pid):
+            return 0
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def this_process() -> ProcessIdentity:
     pid = os.getpid()
-    return ProcessIdentity(socket.gethostname(), pid, _boot_id(), _start_ticks(pid) or 0)
+    return ProcessIdentity(
+        socket.gethostname(), pid, _boot_id(), _start_ticks(pid) or 0, _pid_namespace(pid)
+    )
+
+
+def sees_pid_of(member: MemberRecord, here: ProcessIdentity) -> bool:
+    """Whether ``member``'s pid means the same process here: it ran on this machine since
+    its last boot (same host name and boot id) in this process's pid namespace."""
+    return (
+        bool(member.boot_id)
+        and member.pid_ns != 0
+        and (member.host, member.boot_id, member.pid_ns) == (here.host, here.boot_id, here.pid_ns)
+    )
 
 
 def process_gone(member: MemberRecord, here: ProcessIdentity) -> bool:
-    """Whether ``member``'s process certainly no longer runs: it ran on this machine since
-    its last boot (same host name and boot id) and its pid is free or now another process
-    (a container restarted in its pod reuses pid 1). Anything else is left to observation."""
-    if not member.boot_id or member.host != here.host or member.boot_id != here.boot_id:
+    """Whether ``member``'s process certainly no longer runs: this process sees its pid
+    (:func:`sees_pid_of`) and that pid is free or now another process (a container
+    restarted in its pod reuses pid 1). Anything else is left to observation."""
+    if not sees_pid_of(member, here):
         return False
     if member.pid == here.pid and member.started == here.started:
         return False  # this process itself

@@ -111,8 +111,9 @@ class GroupRecord:
 class MemberRecord:
     """``member-<id>.json``: a running process of the group. ``seq`` grows with each
     renewal, so that every renewal changes the object's tag (that change is the heartbeat
-    the others watch); ``host``, ``boot_id``, ``pid`` and ``started`` let a process on the
-    same machine see at once that a member's process is gone."""
+    the others watch); ``host``, ``boot_id``, ``pid_ns``, ``pid`` and ``started`` let a
+    process on the same machine, in the same pid namespace, see at once that a member's
+    process is gone (:mod:`~deltastream.daemon.replicas.liveness`)."""
 
     member: str
     role: Role
@@ -122,6 +123,9 @@ class MemberRecord:
     #: The process's start time in clock ticks since boot (Linux), with ``pid`` its identity.
     started: int = 0
     seq: int = 0
+    #: The inode of the pid namespace ``pid`` is in (0: unknown, as in records of versions
+    #: before it was recorded: such a member is judged by its heartbeat alone).
+    pid_ns: int = 0
     #: Set while the member stops: it is no longer counted when shards are shared out.
     leaving: bool = False
     #: Where its /healthz answers (informational).
@@ -136,6 +140,7 @@ class MemberRecord:
                 "pid": self.pid,
                 "boot_id": self.boot_id,
                 "started": self.started,
+                "pid_ns": self.pid_ns,
                 "seq": self.seq,
                 "leaving": self.leaving,
                 "http": self.http,
@@ -157,6 +162,7 @@ class MemberRecord:
                 boot_id=str(value.get("boot_id", "")),
                 started=int(value.get("started", 0)),
                 seq=int(value.get("seq", 0)),
+                pid_ns=int(value.get("pid_ns", 0)),
                 leaving=bool(value.get("leaving", False)),
                 http=str(value.get("http", "")),
             )

@@ -16,7 +16,10 @@ more than ``max_restarts`` times within ``restart_window_seconds``; *stuck* when
 phase (starting, snapshot, following), it has made no progress for ``stuck_after_seconds``
 (default: max(120 s, 10 poll intervals, 2 safety poll intervals)) and no retry explains it:
 no successful poll or delivery, nor a new phase begun (a sink that never returns, a command
-that hangs without a timeout). Either makes the service unhealthy, as does stopping.
+that hangs without a timeout). Either makes the service unhealthy, as does stopping, and, in
+a replica group, a lease store the replica has not reached for long enough to lose its
+lease (*unreachable*, with the reason and how long): its streams stopped with the lease. A
+replica that merely stands by, reaching the store, is ready.
 Liveness (``/livez``) is only whether the process still serves HTTP: a down sink must not
 get the process restarted in a loop.
 
@@ -47,6 +50,7 @@ from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
 from deltastream.daemon.replicas.records import shard_of
 from deltastream.daemon.service.heap import HeapSettler
 from deltastream.daemon.sinks import parse_sink
+from deltastream.daemon.stream.reset import reset_stream
 from deltastream.daemon.stream.tailer import Progress, TailConfig, Tailer
 from deltastream.errors import (
     DeltaStreamError,
@@ -192,8 +196,12 @@ class Service:
         progress: Progress | None = None,
         log_failures: bool = True,
         settle_heap: bool = False,
+        reset: bool = False,
     ) -> None:
-        """``log_failures``: log a stream's failure for good at ERROR; ``False`` when the
+        """``reset``: start each stream over before it first runs
+        (:func:`~deltastream.daemon.stream.reset.reset_stream`; ``tail --reset``): in a
+        replica group, under the stream's lease, so never while a replica runs it.
+        ``log_failures``: log a stream's failure for good at ERROR; ``False`` when the
         caller reports :attr:`failures` itself (``deltastream tail`` prints its one error
         line): then at DEBUG, so that it is not shown twice. ``settle_heap``: freeze the
         process's heap out of garbage collection once every stream is past its start-up,
@@ -201,6 +209,8 @@ class Service:
         command line does)."""
         self.config = config
         self._log_failures = log_failures
+        #: The streams still to be reset before their first run.
+        self._resets = {s.tail.name for s in config.streams} if reset else set()
         self._sinks = dict(sinks or {})
         self._starts: anyio.CapacityLimiter | None = None
         self._progress = progress
@@ -426,6 +436,8 @@ class Service:
             started = time.monotonic()
             try:
                 sink = self._make_sink(stream)
+                if name in self._resets:
+                    await self._reset(stream, sink)
                 tailer = Tailer(
                     stream.tail,
                     sink,
@@ -524,6 +536,17 @@ class Service:
                         await _either(self._stopping, stop)
         metrics.status = "stopped"
 
+    async def _reset(self, stream: StreamConfig, sink: Sink) -> None:
+        """Start ``stream`` over (once), with the sink it then runs with."""
+        tail = stream.tail
+        try:
+            await reset_stream(tail.name, sink, tail.state, tail.resolved_state_options)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await sink.aclose()
+            raise
+        self._resets.discard(tail.name)
+
     def _record_restart(self, name: str) -> None:
         times = self.restart_times[name]
         times.append(time.monotonic())
@@ -552,8 +575,9 @@ class Service:
 
     def health(self) -> tuple[bool, dict[str, object]]:
         """Whether the service is healthy (ready), and a JSON summary: the overall status
-        (``ok``, ``degraded``, ``stuck`` or ``stopping``), the stuck streams, the degraded
-        ones with why and their last error, and every stream's metrics."""
+        (``ok``, ``degraded``, ``stuck``, ``unreachable`` or ``stopping``), the stuck
+        streams, the degraded ones with why and their last error, every stream's metrics,
+        and for an unreachable lease store ``lease_store``: the reason and for how long."""
         now = time.monotonic()
         stuck: list[str] = []
         degraded: list[dict[str, object]] = []
@@ -569,8 +593,14 @@ class Service:
             quiet = now - m.last_progress_monotonic > self.config.stuck_after(s.tail)
             if m.running and quiet and m.retrying_since is None and not m.waiting_to_start:
                 stuck.append(name)
+        coordinator = self.coordinator
+        cut_off = None if coordinator is None else coordinator.unreachable()
         if self.stopping:
             status = "stopping"
+        elif cut_off is not None:
+            # Its streams stopped with its lease (another replica may run them); a replica
+            # that merely stands by, reaching the store, stays ready.
+            status = "unreachable"
         elif stuck:
             status = "stuck"
         elif degraded:
@@ -586,12 +616,16 @@ class Service:
             for table in tables:
                 shard = shard_of(str(table["name"]), group.shards)
                 table["owned"] = bool(table["owned"]) and shard in held
-        return status == "ok", {
+        summary: dict[str, object] = {
             "status": status,
             "stuck": stuck,
             "degraded": degraded,
             "tables": tables,
         }
+        if cut_off is not None:
+            reason, silence = cut_off
+            summary["lease_store"] = {"reason": reason, "for_seconds": round(silence, 1)}
+        return status == "ok", summary
 
     def _held_shards(self) -> set[int] | None:
         """The shards this replica holds a valid lease on now (``None``: no group). The

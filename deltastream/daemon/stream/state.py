@@ -6,6 +6,8 @@ One directory (local or in an object store) per stream::
                                                 name (rewritten atomically)
     snapshots/00000000000000000042.checkpoint.parquet   the table's state at version 42
     reset.json                                  only while a reset is under way (see below)
+    replica-group.json                          the lease directory of the replica group
+                                                that runs the stream (a reset keeps it)
 
 ``position.json`` is replaced as a whole (local: write, fsync, rename; S3: one PUT) and
 only ever with a conditional write against the version this tailer last wrote or read: a
@@ -18,6 +20,13 @@ A reset (:mod:`deltastream.daemon.stream.reset`) writes ``reset.json`` (the stre
 reset) before it removes anything, and removes it last. While it exists, :meth:`StateStore.load`
 refuses (:class:`~deltastream.errors.ResetIncompleteError`): the output and state of a reset
 cut short are partly gone, and resuming from what is left would silently lose rows.
+
+A stream run by a replica group records the group's lease directory in
+``replica-group.json``, which a reset leaves in place: every command that writes the stream's
+target or state (``tail``, ``tail --reset``, ``reset``, ``--available-now``) first finds the
+group there (:mod:`deltastream.daemon.service.recorded_group`), including after a reset that
+removed ``position.json`` (which records the group too, as states written before
+``replica-group.json`` did).
 
 The state belongs to the stream whose name ``position.json`` records: a stream of another
 name refuses it (the tailer), and so does a reset (:meth:`StateStore.recorded`), before it
@@ -54,12 +63,20 @@ from deltastream.snapshot.reconcile import LogState
 from deltastream.storage.base import ObjectStore
 from deltastream.storage.local import temp_target
 
-__all__ = ["POSITION_KEY", "RESET_KEY", "StateConflictError", "StateStore", "StreamState"]
+__all__ = [
+    "GROUP_RECORD_KEY",
+    "POSITION_KEY",
+    "RESET_KEY",
+    "StateConflictError",
+    "StateStore",
+    "StreamState",
+]
 
 log = logging.getLogger(__name__)
 
 POSITION_KEY = "position.json"
 RESET_KEY = "reset.json"
+GROUP_RECORD_KEY = "replica-group.json"
 SNAPSHOT_DIR = "snapshots/"
 _FORMAT = 1
 
@@ -221,6 +238,33 @@ class StateStore:
             return StreamState.from_json(self.store.uri_for(POSITION_KEY), raw)
         except (ObjectNotFoundError, CorruptFileError):
             return None
+
+    async def record_group(self, group: str) -> None:
+        """Record that the replica group whose lease directory is ``group`` runs the stream
+        (written only when it says something else: a stream starts often)."""
+        if await self.recorded_group() == group:
+            return
+        data = json.dumps({"format": _FORMAT, "group": group}, sort_keys=True).encode()
+        await self.store.put(GROUP_RECORD_KEY, data)
+
+    async def recorded_group(self) -> str:
+        """The lease directory of the replica group recorded as running the stream ("":
+        none): ``replica-group.json``, else (a state written before it) ``position.json``'s
+        ``group``. An unreadable record is an error: taken for "no group", it would let a
+        command go around the group."""
+        source = self.store.uri_for(GROUP_RECORD_KEY)
+        try:
+            raw = await self.store.get(GROUP_RECORD_KEY)
+        except ObjectNotFoundError:
+            recorded = await self.recorded()
+            return "" if recorded is None else recorded.group
+        try:
+            value = json.loads(raw)
+            if value.get("format") != _FORMAT or not isinstance(value.get("group"), str):
+                raise ValueError("no group recorded in a known format")
+        except (ValueError, AttributeError) as e:
+            raise CorruptFileError(source, f"not a valid replica group record: {e}") from None
+        return str(value["group"])
 
     async def commit(self, state: StreamState) -> StreamState:
         """Replace the committed state, unless another tailer wrote it in the meantime."""

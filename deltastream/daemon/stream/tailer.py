@@ -347,6 +347,10 @@ class Tailer:
         )
         # A new stream's epoch is the one its sink chose above its target's (or the first).
         self._epoch = max(self._epoch, self.sink.epoch, 1)
+        if self._group:
+            # Beside the state, where a reset leaves it: a later tail or reset of the stream
+            # finds the group even after position.json is gone.
+            await self._states.record_group(self._group)
         # Taking the state over with a conditional write fences off any tailer still running
         # on it, and makes a new stream's resolved start ("latest", a timestamp) durable.
         # (Loading may have skipped ahead, to a checkpoint after missing commits.)
