@@ -78,7 +78,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
 from urllib.parse import parse_qs
 
 import anyio
@@ -103,7 +103,12 @@ from deltastream.daemon.sinks.common import (
     _reset_hint,
     log,
 )
-from deltastream.daemon.sinks.failures import RetryableConflict, transient_cause
+from deltastream.daemon.sinks.exact import Fit, fit, type_name
+from deltastream.daemon.sinks.failures import (
+    RetryableConflict,
+    permanent_error,
+    transient_cause,
+)
 from deltastream.daemon.sinks.mirror import (
     ADDED_FIRST,
     DELETE,
@@ -438,26 +443,54 @@ def _deltalake() -> Any:
 # ------------------------------------------------------------------------------ schemas
 
 
-def _bare_type(value: Any) -> Any:
-    """A Delta type's JSON without nullability and metadata, which the two sides of a
-    comparison may set differently for the same column."""
-    if isinstance(value, dict):
-        return {k: _bare_type(v) for k, v in value.items() if k not in ("nullable", "metadata")}
-    if isinstance(value, list):
-        return [_bare_type(v) for v in value]
-    return value
+def _arrow_describe(schema: pa.Schema) -> str:
+    """A schema for messages, in Delta's type names: ``(id long, name string)``."""
+    return "(" + ", ".join(f"{f.name} {type_name(f.type)}" for f in schema) + ")"
 
 
-def _columns(schema: deltalake.Schema) -> dict[str, Any]:
-    """Column name -> its Delta type (bare), in schema order."""
-    return {f.name: _bare_type(json.loads(f.to_json())["type"]) for f in schema.fields}
+def _written_type(source: pa.DataType, target: pa.DataType) -> pa.DataType:
+    """The type a source column is written in to a target column that holds it: the
+    target's, but for the nested fields the source adds (kept, for schema merge)."""
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        fields = []
+        for field in source:
+            index = target.get_field_index(field.name)
+            inner = field.type if index < 0 else _written_type(field.type, target.field(index).type)
+            fields.append(pa.field(field.name, inner, field.nullable))
+        return pa.struct(fields)
+    if pa.types.is_list(source) and pa.types.is_list(target):
+        return pa.list_(_written_type(source.value_type, target.value_type))
+    if pa.types.is_large_list(source) and pa.types.is_large_list(target):
+        return pa.large_list(_written_type(source.value_type, target.value_type))
+    if pa.types.is_map(source) and pa.types.is_map(target):
+        return pa.map_(
+            _written_type(source.key_type, target.key_type),
+            _written_type(source.item_type, target.item_type),
+        )
+    return target
 
 
-def _describe(columns: Mapping[str, Any]) -> str:
-    def text(t: Any) -> str:
-        return t if isinstance(t, str) else json.dumps(t, separators=(",", ":"))
+def _arrow_expression(t: pa.DataType) -> str:
+    """Python building the Arrow type ``t`` (``pa.int64()``, ``pa.decimal128(12, 4)``)."""
+    if pa.types.is_timestamp(t):
+        return f"pa.timestamp({t.unit!r}" + (f", {t.tz!r})" if t.tz else ")")
+    text = str(t)
+    return f"pa.{text}" if "(" in text else f"pa.{text}()"
 
-    return "(" + ", ".join(f"{name} {text(t)}" for name, t in columns.items()) + ")"
+
+def _rewrite_hint(uri: str, path: str, rows: pa.Schema) -> str:
+    """For a top-level column: the deltalake call that rewrites the table so (its rows
+    read and written back with the column cast, in one overwrite commit, which keeps the
+    table's id and txns)."""
+    if rows.get_field_index(path) < 0:
+        return ""
+    t = _arrow_expression(rows.field(path).type)
+    return (
+        f' (python -c "import deltalake as d, pyarrow as pa; t = d.DeltaTable({uri!r}); '
+        f"r = t.to_pyarrow_table(); i = r.schema.get_field_index({path!r}); "
+        f"d.write_deltalake(t, r.set_column(i, {path!r}, r[{path!r}].cast({t})), "
+        "mode='overwrite', schema_mode='overwrite')\")"
+    )
 
 
 def _target_keys(table: deltalake.DeltaTable, lookup: pa.Table) -> pa.Table:
@@ -535,6 +568,12 @@ class DeltaSink(Sink):
         self._create_only = False
         #: Whether the target held rows after the last commit.
         self._holds_rows = False
+        #: The stream (set by recover).
+        self._ref: StreamRef | None = None
+        #: The target's metadata id and its latest commit's timestamp as this sink last
+        #: committed to or checked it (see _check_current).
+        self._table_id: str | None = None
+        self._mark: Any = None
         #: This run's mark in its commits (:func:`writer_app_id`), drawn by recover.
         self._writer = 0
         #: Commits that failed and were retried, for tests and metrics.
@@ -595,7 +634,9 @@ class DeltaSink(Sink):
         self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
     ) -> HeldPosition | None:
         self._stream = stream.name
+        self._ref = stream
         self._table = None
+        self._table_id = None
         self._writer = secrets.randbits(62)
         txns = await self._target_txns()
         ours = self._owned(txns or {}, stream, reset=False)
@@ -617,26 +658,42 @@ class DeltaSink(Sink):
         self._held = None
         recorded = state.get("txn") if committed is not None else None
         if isinstance(recorded, int):
-            released = any(
-                is_released(version) and parsed is not None and parsed[0] == stream.name
-                for app, version in (txns or {}).items()
-                for parsed in [parse_app_id(app)]
-            )
-            how = (
-                "the stream's rows were removed by a reset (its txn is released)"
-                if released
-                else "the target was replaced, or restored from before the stream's first commit"
-            )
-            raise SinkRecoveryError(
-                self._spec,
-                f"the table at {self.uri} holds no rows of stream {stream.name!r}, but its "
-                f"state in {stream.state_uri} says rows up to {decode_position(recorded)} "
-                f"were committed there: {how}; nothing was touched. "
-                + _reset_hint(stream, self._spec),
+            raise self._lost(
+                stream, recorded, txns, "restored from before the stream's first commit"
             )
         if txns is not None:
             await self._check_empty()
         return None
+
+    def _lost(
+        self,
+        stream: StreamRef,
+        recorded: int,
+        txns: Mapping[str, int] | None,
+        otherwise: str,
+        context: str = "",
+        done: str = "nothing was touched",
+    ) -> SinkRecoveryError:
+        """The error for a target that holds none of the stream's rows although its state
+        (or this process) says rows up to ``recorded`` (a txn version) were committed there:
+        at start and at every delivery alike (``txns``: the target's, ``None``: no table)."""
+        released = any(
+            is_released(version) and parsed is not None and parsed[0] == stream.name
+            for app, version in (txns or {}).items()
+            for parsed in [parse_app_id(app)]
+        )
+        if released:
+            how = "the stream's rows were removed by a reset (its txn is released)"
+        elif txns is None:
+            how = "the table was removed"
+        else:
+            how = f"the target was replaced, or {otherwise}"
+        return SinkRecoveryError(
+            self._spec,
+            f"{context}the table at {self.uri} holds no rows of stream {stream.name!r}, but its "
+            f"state in {stream.state_uri} says rows up to {decode_position(recorded)} "
+            f"were committed there: {how}; {done}. " + _reset_hint(stream, self._spec),
+        )
 
     async def _claim(self, stream: StreamRef, txns: Mapping[str, int] | None) -> None:
         """Choose the epoch this sink's commits carry: above the target's, and at least the
@@ -751,13 +808,70 @@ class DeltaSink(Sink):
         state = await self._target_state(files=True)
         if state is None or rows_in(state.files)[0]:
             return
-        raise SinkRecoveryError(
+        raise self._emptied(stream, held)
+
+    def _emptied(
+        self,
+        stream: StreamRef,
+        held: Position,
+        context: str = "",
+        done: str = "nothing was touched",
+    ) -> SinkRecoveryError:
+        """The error for a target found holding no rows where the stream left some: at
+        start and at every delivery alike."""
+        return SinkRecoveryError(
             self._spec,
-            f"the table at {self.uri} holds no rows, but the stream's txn says its rows up "
-            f"to {held} were committed there, and its state in {stream.state_uri} that rows "
-            "were left: it was emptied outside deltastream; nothing was touched. "
+            f"{context}the table at {self.uri} holds no rows, but the stream's txn says its "
+            f"rows up to {held} were committed there, and its state in {stream.state_uri} "
+            f"that rows were left: it was emptied outside deltastream; {done}. "
             + _reset_hint(stream, self._spec),
         )
+
+    def _check_current(
+        self, table: deltalake.DeltaTable, app: str, what: str
+    ) -> deltalake.DeltaTable:
+        """Before each commit of a stream that holds the target: the target as it is now,
+        checked as at start. The table this sink keeps is brought up to date (one listing
+        of the log after its version, and its latest commit read back); when anything but
+        this sink committed since its last commit (maintenance: OPTIMIZE, Z-order, VACUUM,
+        a checkpoint; or an emptied, removed or replaced table), it is loaded afresh, so
+        that no commit reads files removed meanwhile, and the target must still be the
+        stream's: the same table (its metadata id), the stream's txn where this process
+        left it, and rows if the stream left rows. Anything else raises, nothing
+        committed."""
+        seen = table.version()
+        table.update_incremental()
+        latest = table.history(1)
+        if table.version() == seen and latest and latest[0].get("timestamp") == self._mark:
+            return table
+        # Another writer committed (or the log this sink read is gone): load it anew.
+        self._table = None
+        fresh = self._load()
+        ref, held = self._ref, self._held
+        assert ref is not None and held is not None
+        context = f"the commit of {what} found the target changed by another writer: "
+        done = "nothing was committed"
+        if fresh is None:
+            raise self._lost(ref, held, None, "", context, done)
+        found = fresh.transaction_version(app)
+        txns = {} if found is None else {app: found}
+        if found is None or str(fresh.metadata().id) != self._table_id:
+            raise self._lost(
+                ref, held, txns, "another table written at its location", context, done
+            )
+        epoch = fresh.transaction_version(epoch_app_id(self._stream or "")) or 0
+        self._check_fence(found, epoch, context)
+        if self._holds_rows and not self._target_holds_rows():
+            raise self._emptied(ref, decode_position(held), context, done)
+        self._remember(fresh)
+        return fresh
+
+    def _remember(self, table: deltalake.DeltaTable) -> None:
+        """Note the target's id and its latest commit (its timestamp), which
+        :meth:`_check_current` finds unchanged while nothing but this sink commits."""
+        latest = table.history(1)
+        self._mark = latest[0].get("timestamp") if latest else None
+        self._table_id = str(table.metadata().id)
 
     async def _check_empty(self, version: int | None = None) -> None:
         """An existing target that no stream owns must hold no rows (created empty, or
@@ -806,8 +920,8 @@ class DeltaSink(Sink):
             raise
         except StorageError as e:  # the retries ran out
             raise SinkError(self._spec, f"{what} failed: {e.problem}") from e
-        except Exception as e:
-            raise SinkError(self._spec, f"{what} failed: {e}") from e
+        except Exception as e:  # what a retry cannot fix: the stream stops (exit 2)
+            raise permanent_error(self._spec, e, f"{what} failed") from e
 
     # -------------------------------------------------------------- delivery
 
@@ -840,7 +954,7 @@ class DeltaSink(Sink):
             if self._held is None:
                 await self._check_unowned(what)
             try:
-                await anyio.to_thread.run_sync(self._commit, data, app, version, delivery)
+                await anyio.to_thread.run_sync(self._commit, data, app, version, delivery, what)
             except Exception as e:
                 cause = transient_cause(e)
                 if cause is None:
@@ -963,6 +1077,8 @@ class DeltaSink(Sink):
                 self._table = dl.DeltaTable(self.uri, storage_options=self._delta_options)
             except dl.exceptions.TableNotFoundError:
                 return None
+            if self._table_id is None:
+                self._remember(self._table)
         return self._table
 
     def _check_fence(self, held: int | None, epoch: int, context: str = "") -> None:
@@ -984,7 +1100,8 @@ class DeltaSink(Sink):
                 self._spec,
                 f"{context}the table at {self.uri} no longer holds the stream's position "
                 f"{decode_position(self._held)} (its txn: {found}): the target was reset or "
-                "replaced while the stream ran; nothing was committed",
+                "replaced while the stream ran; nothing was committed"
+                + ("" if self._ref is None else ". " + _reset_hint(self._ref, self._spec)),
             )
         assert held is not None
         mine = "none" if self._held is None else str(decode_position(self._held))
@@ -1008,7 +1125,9 @@ class DeltaSink(Sink):
             self.epoch,
         )
 
-    def _commit(self, data: pa.Table, app: str, version: int, delivery: Delivery) -> None:
+    def _commit(
+        self, data: pa.Table, app: str, version: int, delivery: Delivery, what: str
+    ) -> None:
         dl = _deltalake()
         props = self._properties([(app, version)], f"{delivery.start}..{delivery.end}")
         hooks = dl.PostCommitHookProperties(create_checkpoint=True)
@@ -1016,6 +1135,8 @@ class DeltaSink(Sink):
         # Where the first commit's checks found no table, it creates one, whatever is there
         # by now: a table another writer created meanwhile makes the creation fail.
         table = None if self._create_only else self._load()
+        if table is not None and self._held is not None:
+            table = self._check_current(table, app, what)
         if table is not None:
             # What this commit lands on: the stream's position where this process left it,
             # and no newer epoch. delta-rs does not retry (max_commit_retries=0), so a commit
@@ -1032,24 +1153,33 @@ class DeltaSink(Sink):
             return
         self._check_properties(table)
         columns = data.schema if not merge else data.drop_columns(list(FLAGS)).schema
-        add = self._fit(table, columns)
+        written, added = self._fit(table, columns)
+        data = self._exact(data, written)
         if merge:
             self._refuse_duplicates(table, data)
             if pc.all(pc.and_not(data[ADDED_FIRST], data[DELETE])).as_py():
                 # Only keys the target was just found not to hold: an append does what the
                 # MERGE would, without joining the target again.
                 merge, data = False, data.drop_columns(list(FLAGS))
+        if merge and added:
+            # delta-rs 1.6.6's MERGE with merge_schema loses the struct values of the rows it
+            # copies from rewritten files when a nested field is added: the schema is merged
+            # first, in a commit of its own (no rows; the stream's epoch and mark, not its
+            # position), and the MERGE then writes into the merged schema.
+            self._merge_schema(table, data.select(columns.names).slice(0, 0))
+            added = ()
         if not merge:
-            if not add:  # the target's column order (the same columns)
+            if not added:  # the target's column order (the same columns)
                 data = data.select([f.name for f in table.schema().fields])
             dl.write_deltalake(
                 table,
                 data,
                 mode="append",
-                schema_mode="merge" if add else None,
+                schema_mode="merge" if added else None,
                 commit_properties=props,
                 post_commithook_properties=hooks,
             )
+            self._remember(table)
             return
         predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys)
         flag = f"s.{_quote(DELETE)}"
@@ -1060,7 +1190,6 @@ class DeltaSink(Sink):
                 predicate,
                 source_alias="s",
                 target_alias="t",
-                merge_schema=add,
                 commit_properties=props,
                 post_commithook_properties=hooks,
             )
@@ -1073,6 +1202,21 @@ class DeltaSink(Sink):
             # A merge that changes nothing (keys added and removed within the delivery)
             # commits nothing in delta-rs: the position still must reach the table.
             self._commit_txns(table, props)
+        self._remember(table)
+
+    def _merge_schema(self, table: deltalake.DeltaTable, empty: pa.Table) -> None:
+        """A commit of no rows that merges ``empty``'s schema into the target's (Delta
+        schema merge: new columns and nested fields), carrying the stream's epoch and this
+        run's mark like every commit of the sink, but not its position."""
+        dl = _deltalake()
+        dl.write_deltalake(
+            table,
+            empty,
+            mode="append",
+            schema_mode="merge",
+            commit_properties=self._properties([], "schema"),
+        )
+        table.update_incremental()
 
     def _commit_txns(self, table: deltalake.DeltaTable, props: Any) -> None:
         """A commit of ``props``' txns (and ``commitInfo``) alone, no data file."""
@@ -1146,6 +1290,7 @@ class DeltaSink(Sink):
             else "",
         )
         self._table = dl.DeltaTable(self.uri, storage_options=self._delta_options)
+        self._remember(self._table)
 
     def _check_properties(self, table: deltalake.DeltaTable) -> None:
         """On the first commit to an existing table: its partitioning must be the one the
@@ -1167,29 +1312,87 @@ class DeltaSink(Sink):
             table.alter.set_table_properties({key: str(interval)})
         self._checked_properties = True
 
-    def _fit(self, table: deltalake.DeltaTable, rows: pa.Schema) -> bool:
-        """Whether the rows add columns to the target (``False``: same columns); a rows'
-        schema that differs otherwise raises :class:`SinkRejectedError`."""
-        dl = _deltalake()
-        have = _columns(table.schema())
-        want = _columns(dl.Schema.from_arrow(rows))
-        if have == want:
-            return False
-        if all(name in want and want[name] == t for name, t in have.items()):
-            added = [n for n in want if n not in have]
-            log.info(
-                "%s: adding column(s) %s to %s (the source's schema gained them)",
+    def _fit(
+        self, table: deltalake.DeltaTable, rows: pa.Schema
+    ) -> tuple[pa.Schema, tuple[str, ...]]:
+        """The schema the rows are written in, and the columns and nested fields they add
+        to the target (Delta schema merge adds them), by the one rule of what a column
+        holds (:func:`~deltastream.daemon.sinks.exact.fit`): a target column holds the
+        rows' values when its type is theirs or one the protocol widens theirs to (a
+        ``long`` column made beforehand for an ``integer`` source: the rows are cast to
+        it, exactly). A column the rows lack, a type the protocol widens the target's to
+        (delta-rs has no type widening), or one nothing makes hold the values raises
+        :class:`SinkSchemaError` naming the column, both types and the fix."""
+        target = pa.schema(cast(Any, table.schema().to_arrow()))
+        missing = [f.name for f in target if rows.get_field_index(f.name) < 0]
+        if missing:
+            raise SinkSchemaError(
                 self._spec,
-                ", ".join(added),
+                f"the rows' schema {_arrow_describe(rows)} does not fit the schema of the "
+                f"table at {self.uri} {_arrow_describe(target)}: the rows lack column(s) "
+                f"{', '.join(missing)} (dropped or renamed in the source), and a delta target "
+                "keeps its columns; nothing was committed",
+            )
+        result, written = Fit(), []
+        for field in rows:
+            index = target.get_field_index(field.name)
+            if index < 0:
+                result += Fit(added=(field.name,))
+                written.append(field)
+                continue
+            have = target.field(index).type
+            result += fit(field.type, have, field.name)
+            written.append(pa.field(field.name, _written_type(field.type, have), field.nullable))
+        for path, have_name, want_name in result.widened:
+            raise SinkSchemaError(
+                self._spec,
+                f"column {path} of the table at {self.uri} is {have_name}, and the source's is "
+                f"now {want_name}: delta-rs (deltalake {_deltalake().__version__}) cannot widen "
+                "a Delta column's type; nothing was committed. To go on, rewrite the table "
+                f"with {path} as {want_name}, keeping its rows and the stream's txn"
+                + _rewrite_hint(self.uri, path, rows)
+                + ", then start the stream again; or start it over into a new table ("
+                + (_reset_hint(self._ref, self._spec) if self._ref else "deltastream reset")
+                + ", then remove the table)",
+            )
+        for path, have_name, want_name in result.refused:
+            raise SinkSchemaError(
+                self._spec,
+                f"column {path} of the table at {self.uri} is {have_name}, which cannot hold "
+                f"every value of the source's {want_name}: the rows' schema "
+                f"{_arrow_describe(rows)} does not fit the table's {_arrow_describe(target)}; "
+                "nothing was committed. Give the stream a table of its own (a new location: "
+                "deltastream creates it with the source's types), or start it over ("
+                + (_reset_hint(self._ref, self._spec) if self._ref else "deltastream reset")
+                + ", then remove the table)",
+            )
+        if result.added:
+            log.info(
+                "%s: adding %s to %s (the source's schema gained them)",
+                self._spec,
+                ", ".join(result.added),
                 self.uri,
             )
-            return True
-        raise SinkSchemaError(
-            self._spec,
-            f"the rows' schema {_describe(want)} does not fit the schema of the table at "
-            f"{self.uri} {_describe(have)}: only new columns can be added to a delta target; "
-            "nothing was committed",
-        )
+        return pa.schema(written), result.added
+
+    def _exact(self, data: pa.Table, written: pa.Schema) -> pa.Table:
+        """``data`` with its columns cast to ``written``'s types (a target's wider types),
+        each value exactly: a cast that would change one raises :class:`SinkSchemaError`."""
+        for field in written:
+            index = data.schema.get_field_index(field.name)
+            if data.schema.field(index).type == field.type:
+                continue
+            try:
+                column = pc.cast(data.column(index), field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise SinkSchemaError(
+                    self._spec,
+                    f"column {field.name} of the rows cannot be written exactly as the "
+                    f"table's {type_name(field.type)} at {self.uri} ({e}); nothing was "
+                    "committed",
+                ) from e
+            data = data.set_column(index, field, column)
+        return data
 
 
 def _describe_txn(version: int) -> str:
