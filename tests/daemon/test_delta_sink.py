@@ -337,10 +337,14 @@ async def test_a_concurrent_writer_is_retried_without_repeating_rows(tmp_path: P
     assert await sink.recover(StreamRef(STREAM, "state"), None, {}) is None
     first = changes([1, 2, 3], "insert", 1)
     await sink.deliver(delivery(Position(1), Position(2), first))
+
     # Another writer commits to the target (rewriting a file the sink's view still holds)
     # between the sink's check of the target and its commit: as if after the check.
-    check = sink._check_current
-    sink._check_current = lambda table, app, what: table  # type: ignore[method-assign]
+    async def unchanged(seen: int) -> bool:
+        return False
+
+    check = sink._target_changed
+    sink._target_changed = unchanged  # type: ignore[method-assign]
     DeltaTable(target).update(predicate="id = 1", updates={"name": "'other'"})
     second = changes([4, 5], "insert", 2)
     state = await sink.deliver(delivery(Position(2), Position(3), second))
@@ -349,7 +353,7 @@ async def test_a_concurrent_writer_is_retried_without_repeating_rows(tmp_path: P
     assert state == {"txn": encode_position(Position(3)), "rows": True}
     ids = sorted(r["id"] for r in DeltaTable(target).to_pyarrow_table().to_pylist())
     assert ids == [1, 2, 3, 4, 5]
-    sink._check_current = check  # type: ignore[method-assign]
+    sink._target_changed = check  # type: ignore[method-assign]
     # Delivered again (a tailer that lost its state): the target holds it; not repeated.
     await sink.deliver(delivery(Position(2), Position(3), second))
     assert len(DeltaTable(target).to_pyarrow_table()) == 5

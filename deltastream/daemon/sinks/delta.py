@@ -39,19 +39,30 @@ Modes:
 
 A missing target is created with the rows' schema (``partition_by=`` columns, and
 ``checkpoint_interval=N``, the table property ``delta.checkpointInterval`` that delta-rs's
-post-commit hook writes a checkpoint by). New columns in the rows reach the target (Delta
-schema merge); any other difference between the rows' schema and the target's raises
-:class:`~deltastream.errors.SinkRejectedError` naming both, as does a merge key missing or
-null; nothing is committed then. A target holding another stream's ``txn`` is refused
+post-commit hook writes a checkpoint by). Each value is written exactly or not at all, by
+the one rule of what a column holds (:func:`~deltastream.daemon.sinks.exact.fit`): the rows
+are cast to a target column's type when it holds theirs (a wider one made beforehand), new
+columns and nested fields reach the target by Delta schema merge, and a type the target's
+column cannot hold, one the protocol widens (delta-rs has no type widening) or a column the
+rows lack raises :class:`~deltastream.errors.SinkSchemaError` naming the column, both types
+and the fix, as a merge key missing or null raises
+:class:`~deltastream.errors.SinkRejectedError`; nothing is committed then. A target
+holding another stream's ``txn`` is refused
 (:class:`~deltastream.errors.SinkRecoveryError` naming the stream), and so is an existing
 target that holds rows no stream's ``txn`` accounts for: a stream appends to, or merges
 into, a new table, an empty one (made beforehand with the user's own properties, or emptied
 by a reset) or its own. Whether a table holds rows is read from its log alone, with
 deltastream's log reader: the live files' ``numRecords`` statistics less their deletion
 vectors' cardinality (:func:`rows_in`; a file without statistics counts as holding rows). A
-commit that loses to a concurrent writer (delta-rs's ``CommitFailedError``) or fails in the
-store is retried with the project's backoff (:func:`~deltastream.storage.retry.backoff_delay`),
-each retry reported to the ``retry_listener``. A target whose ``txn`` for the stream is
+commit that loses to a concurrent writer or fails in the store is retried with the project's
+backoff (:func:`~deltastream.storage.retry.backoff_delay`), each retry reported to the
+``retry_listener``; a refusal a retry meets again (a CHECK or NOT NULL constraint,
+``delta.appendOnly``) stops the stream at once (:mod:`~deltastream.daemon.sinks.failures`).
+Before every commit the sink's view of the target is brought up to date and, when another
+writer committed, loaded anew and checked as at start (:meth:`DeltaSink._target_changed`): the
+owner's maintenance (OPTIMIZE, VACUUM, checkpoints) costs nothing, and a target emptied,
+removed or replaced while the stream runs is refused at its next delivery. A target whose
+``txn`` for the stream is
 found behind the stream's position (reset or replaced while the stream ran: read after a
 failed commit, and whenever the sink loads the table anew) stops the stream instead, nothing
 committed.
@@ -118,6 +129,7 @@ from deltastream.daemon.sinks.mirror import (
 )
 from deltastream.errors import (
     InvalidArgumentError,
+    ObjectNotFoundError,
     SinkError,
     SinkFencedError,
     SinkInUseError,
@@ -127,6 +139,7 @@ from deltastream.errors import (
     StorageError,
     TableNotFoundError,
 )
+from deltastream.log.paths import commit_key
 from deltastream.read.predicates.stats import StatsReader
 from deltastream.read.row_ids import ROW_ID
 from deltastream.snapshot.loader import load_table_state
@@ -571,9 +584,9 @@ class DeltaSink(Sink):
         #: The stream (set by recover).
         self._ref: StreamRef | None = None
         #: The target's metadata id and its latest commit's timestamp as this sink last
-        #: committed to or checked it (see _check_current).
+        #: committed to or checked it (see _target_changed).
         self._table_id: str | None = None
-        self._mark: Any = None
+        self._mark: str | None = None
         #: This run's mark in its commits (:func:`writer_app_id`), drawn by recover.
         self._writer = 0
         #: Commits that failed and were retried, for tests and metrics.
@@ -827,24 +840,40 @@ class DeltaSink(Sink):
             + _reset_hint(stream, self._spec),
         )
 
-    def _check_current(
-        self, table: deltalake.DeltaTable, app: str, what: str
-    ) -> deltalake.DeltaTable:
-        """Before each commit of a stream that holds the target: the target as it is now,
-        checked as at start. The table this sink keeps is brought up to date (one listing
-        of the log after its version, and its latest commit read back); when anything but
-        this sink committed since its last commit (maintenance: OPTIMIZE, Z-order, VACUUM,
-        a checkpoint; or an emptied, removed or replaced table), it is loaded afresh, so
-        that no commit reads files removed meanwhile, and the target must still be the
-        stream's: the same table (its metadata id), the stream's txn where this process
+    async def _target_changed(self, seen: int) -> bool:
+        """Whether anything but this sink committed to the target since it last committed
+        to or checked it (at version ``seen``): a commit after ``seen`` is there, or the
+        commit ``seen`` is gone or is not the one this sink noted (its version tag: the
+        table was removed or replaced). Two ``HEAD`` requests of the log, nothing read."""
+        try:
+            async with open_store(self.uri, self._store_options) as store:
+                try:
+                    await store.head(commit_key(seen + 1))
+                    return True
+                except ObjectNotFoundError:
+                    pass
+                return (await store.head(commit_key(seen))).tag != self._mark
+        except ObjectNotFoundError:
+            return True
+
+    async def _note_mark(self) -> None:
+        """Note the version tag of the commit the sink's view of the target is at (see
+        :meth:`_target_changed`); unknown (a failed request), the next delivery loads the
+        target anew."""
+        table, self._mark = self._table, None
+        if table is None:
+            return
+        with contextlib.suppress(Exception):
+            async with open_store(self.uri, self._store_options) as store:
+                self._mark = (await store.head(commit_key(table.version()))).tag
+
+    def _check_reloaded(self, app: str, what: str) -> None:
+        """The target loaded anew after another writer committed to it (maintenance:
+        OPTIMIZE, Z-order, VACUUM; or an emptied, removed or replaced table), so that no
+        commit reads files removed meanwhile, and checked as at start: it must still be the
+        stream's, the same table (its metadata id), the stream's txn where this process
         left it, and rows if the stream left rows. Anything else raises, nothing
         committed."""
-        seen = table.version()
-        table.update_incremental()
-        latest = table.history(1)
-        if table.version() == seen and latest and latest[0].get("timestamp") == self._mark:
-            return table
-        # Another writer committed (or the log this sink read is gone): load it anew.
         self._table = None
         fresh = self._load()
         ref, held = self._ref, self._held
@@ -863,15 +892,6 @@ class DeltaSink(Sink):
         self._check_fence(found, epoch, context)
         if self._holds_rows and not self._target_holds_rows():
             raise self._emptied(ref, decode_position(held), context, done)
-        self._remember(fresh)
-        return fresh
-
-    def _remember(self, table: deltalake.DeltaTable) -> None:
-        """Note the target's id and its latest commit (its timestamp), which
-        :meth:`_check_current` finds unchanged while nothing but this sink commits."""
-        latest = table.history(1)
-        self._mark = latest[0].get("timestamp") if latest else None
-        self._table_id = str(table.metadata().id)
 
     async def _check_empty(self, version: int | None = None) -> None:
         """An existing target that no stream owns must hold no rows (created empty, or
@@ -953,8 +973,10 @@ class DeltaSink(Sink):
         async def attempt() -> None:
             if self._held is None:
                 await self._check_unowned(what)
+            elif self._table is not None and await self._target_changed(self._table.version()):
+                await anyio.to_thread.run_sync(self._check_reloaded, app, what)
             try:
-                await anyio.to_thread.run_sync(self._commit, data, app, version, delivery, what)
+                await anyio.to_thread.run_sync(self._commit, data, app, version, delivery)
             except Exception as e:
                 cause = transient_cause(e)
                 if cause is None:
@@ -982,6 +1004,7 @@ class DeltaSink(Sink):
                 raise
 
         await self._retrying("commit", f"commit of {what}", attempt)
+        await self._note_mark()
         crash_point("sink.after-write")
         self._held = version
         # Whether the target held rows after it: a restart refuses a target emptied since.
@@ -1078,7 +1101,7 @@ class DeltaSink(Sink):
             except dl.exceptions.TableNotFoundError:
                 return None
             if self._table_id is None:
-                self._remember(self._table)
+                self._table_id = str(self._table.metadata().id)
         return self._table
 
     def _check_fence(self, held: int | None, epoch: int, context: str = "") -> None:
@@ -1125,9 +1148,7 @@ class DeltaSink(Sink):
             self.epoch,
         )
 
-    def _commit(
-        self, data: pa.Table, app: str, version: int, delivery: Delivery, what: str
-    ) -> None:
+    def _commit(self, data: pa.Table, app: str, version: int, delivery: Delivery) -> None:
         dl = _deltalake()
         props = self._properties([(app, version)], f"{delivery.start}..{delivery.end}")
         hooks = dl.PostCommitHookProperties(create_checkpoint=True)
@@ -1135,8 +1156,6 @@ class DeltaSink(Sink):
         # Where the first commit's checks found no table, it creates one, whatever is there
         # by now: a table another writer created meanwhile makes the creation fail.
         table = None if self._create_only else self._load()
-        if table is not None and self._held is not None:
-            table = self._check_current(table, app, what)
         if table is not None:
             # What this commit lands on: the stream's position where this process left it,
             # and no newer epoch. delta-rs does not retry (max_commit_retries=0), so a commit
@@ -1179,7 +1198,6 @@ class DeltaSink(Sink):
                 commit_properties=props,
                 post_commithook_properties=hooks,
             )
-            self._remember(table)
             return
         predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys)
         flag = f"s.{_quote(DELETE)}"
@@ -1202,7 +1220,6 @@ class DeltaSink(Sink):
             # A merge that changes nothing (keys added and removed within the delivery)
             # commits nothing in delta-rs: the position still must reach the table.
             self._commit_txns(table, props)
-        self._remember(table)
 
     def _merge_schema(self, table: deltalake.DeltaTable, empty: pa.Table) -> None:
         """A commit of no rows that merges ``empty``'s schema into the target's (Delta
@@ -1290,7 +1307,7 @@ class DeltaSink(Sink):
             else "",
         )
         self._table = dl.DeltaTable(self.uri, storage_options=self._delta_options)
-        self._remember(self._table)
+        self._table_id = str(self._table.metadata().id)
 
     def _check_properties(self, table: deltalake.DeltaTable) -> None:
         """On the first commit to an existing table: its partitioning must be the one the
