@@ -506,6 +506,29 @@ def _rewrite_hint(uri: str, path: str, rows: pa.Schema) -> str:
     )
 
 
+def _key_ranges(data: pa.Table, keys: Sequence[str]) -> list[str]:
+    """Conditions on the target's rows that every row a delivery's MERGE may touch meets:
+    each integer or string key within the delivery's range of it. delta-rs prunes the
+    target's files by them (their statistics), so that a MERGE reads the files its keys may
+    be in, not the whole table: its memory follows the delivery, not the target."""
+    out = []
+    for key in keys:
+        column = data[key]
+        kind = column.type
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+            continue
+        bounds = pc.min_max(column)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None or high is None:
+            continue
+
+        def literal(value: Any) -> str:
+            return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
+
+        out.append(f"t.{_quote(key)} >= {literal(low)} AND t.{_quote(key)} <= {literal(high)}")
+    return out
+
+
 def _target_keys(table: deltalake.DeltaTable, lookup: pa.Table) -> pa.Table:
     """The rows of ``table``'s key columns (``lookup``'s columns) that may equal a row of
     ``lookup``: the target's files are pruned by the range of each key in ``lookup``, then
@@ -1199,7 +1222,10 @@ class DeltaSink(Sink):
                 post_commithook_properties=hooks,
             )
             return
-        predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys)
+        predicate = " AND ".join(
+            [*_key_ranges(data, self.target.keys)]
+            + [f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys]
+        )
         flag = f"s.{_quote(DELETE)}"
         before = table.version()
         (
