@@ -336,3 +336,34 @@ async def test_optimize_and_vacuum_of_a_mirror_cost_its_stream_nothing(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     rows = DeltaTable(str(tmp_path / "mirror")).to_pyarrow_table(columns=["id", "name"])
     assert sorted(r["id"] for r in rows.to_pylist()) == [1, 2, 3, 4, 5, 10, 11]
+
+
+@pytest.mark.anyio
+async def test_a_mirror_merge_bounded_to_the_deliverys_keys_keeps_every_row(
+    tmp_path: Path,
+) -> None:
+    """The MERGE reads only the target's files within the delivery's key range (a string
+    key, quotes and all): rows outside it stay, rows within it change as the source's."""
+    mirror = str(tmp_path / "mirror")
+    sink = DeltaSink(f"{mirror}?mode=merge&key=k")
+    await sink.recover(StreamRef(STREAM, "state"), None, {})
+    for version, keys in enumerate((["a", "b"], ["o'brien", "p"], ["x", "y"]), start=1):
+        rows = pa.table({"k": keys, "n": pa.array([version] * 2, pa.int64())})
+        await sink.deliver(
+            delivery(Position(version), Position(version + 1), inserts(rows, version))
+        )
+    assert len(DeltaTable(mirror).file_uris()) == 3
+    kinds = ["update_preimage", "update_postimage", "delete"]
+    change = pa.table({"k": ["o'brien", "o'brien", "p"], "n": pa.array([2, 9, 2], pa.int64())})
+    change = inserts(change, 4).set_column(2, "_change_type", pa.array(kinds))
+    await sink.deliver(delivery(Position(4), Position(5), change))
+    assert sorted((r["k"], r["n"]) for r in DeltaTable(mirror).to_pyarrow_table().to_pylist()) == [
+        ("a", 1),
+        ("b", 1),
+        ("o'brien", 9),
+        ("x", 3),
+        ("y", 3),
+    ]
+    merged = DeltaTable(mirror).history(1)[0]["operationMetrics"]
+    assert merged["num_target_files_scanned"] == 1
+    assert merged["num_target_files_skipped_during_scan"] == 2
