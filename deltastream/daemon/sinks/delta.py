@@ -606,10 +606,8 @@ class DeltaSink(Sink):
         self._holds_rows = False
         #: The stream (set by recover).
         self._ref: StreamRef | None = None
-        #: The target's metadata id and its latest commit's timestamp as this sink last
-        #: committed to or checked it (see _target_changed).
+        #: The target's metadata id as this sink loaded or created it (see _check_reloaded).
         self._table_id: str | None = None
-        self._mark: str | None = None
         #: This run's mark in its commits (:func:`writer_app_id`), drawn by recover.
         self._writer = 0
         #: Commits that failed and were retried, for tests and metrics.
@@ -864,10 +862,12 @@ class DeltaSink(Sink):
         )
 
     async def _target_changed(self, seen: int) -> bool:
-        """Whether anything but this sink committed to the target since it last committed
-        to or checked it (at version ``seen``): a commit after ``seen`` is there, or the
-        commit ``seen`` is gone or is not the one this sink noted (its version tag: the
-        table was removed or replaced). Two ``HEAD`` requests of the log, nothing read."""
+        """Whether anything but this sink committed to the target since its view of it (at
+        version ``seen``): a commit after ``seen`` is there, or the commit ``seen`` is gone
+        or is not one of this run's (it carries no ``txn`` of :func:`writer_app_id` with
+        this run's mark: the table was removed or replaced, or another writer's commit was
+        taken in since). One ``HEAD`` and one read of a small file of the log."""
+        mark = writer_app_id(self._stream or "")
         try:
             async with open_store(self.uri, self._store_options) as store:
                 try:
@@ -875,20 +875,14 @@ class DeltaSink(Sink):
                     return True
                 except ObjectNotFoundError:
                     pass
-                return (await store.head(commit_key(seen))).tag != self._mark
+                body = await store.get(commit_key(seen))
         except ObjectNotFoundError:
             return True
-
-    async def _note_mark(self) -> None:
-        """Note the version tag of the commit the sink's view of the target is at (see
-        :meth:`_target_changed`); unknown (a failed request), the next delivery loads the
-        target anew."""
-        table, self._mark = self._table, None
-        if table is None:
-            return
-        with contextlib.suppress(Exception):
-            async with open_store(self.uri, self._store_options) as store:
-                self._mark = (await store.head(commit_key(table.version()))).tag
+        for line in body.splitlines():
+            txn = json.loads(line).get("txn") if line.strip() else None
+            if txn and txn.get("appId") == mark and txn.get("version") == self._writer:
+                return False
+        return True
 
     def _check_reloaded(self, app: str, what: str) -> None:
         """The target loaded anew after another writer committed to it (maintenance:
@@ -1027,7 +1021,6 @@ class DeltaSink(Sink):
                 raise
 
         await self._retrying("commit", f"commit of {what}", attempt)
-        await self._note_mark()
         crash_point("sink.after-write")
         self._held = version
         # Whether the target held rows after it: a restart refuses a target emptied since.
