@@ -367,3 +367,37 @@ async def test_a_mirror_merge_bounded_to_the_deliverys_keys_keeps_every_row(
     merged = DeltaTable(mirror).history(1)[0]["operationMetrics"]
     assert merged["num_target_files_scanned"] == 1
     assert merged["num_target_files_skipped_during_scan"] == 2
+
+
+@pytest.mark.anyio
+async def test_a_file_vacuumed_under_a_merge_is_retried_on_the_target_loaded_anew(
+    tmp_path: Path,
+) -> None:
+    """OPTIMIZE and VACUUM between the sink's check of the target and its MERGE (as if the
+    check had found nothing new): the MERGE fails on a file gone from the store, which is
+    transient; the target is loaded anew and the delivery committed once."""
+    mirror = str(tmp_path / "mirror")
+    sink = DeltaSink(f"{mirror}?mode=merge&key=id", base_delay=0.0)
+    await sink.recover(StreamRef(STREAM, "state"), None, {})
+    for version in (1, 2):
+        ids = pa.array([2 * version - 1, 2 * version], pa.int64())
+        rows = pa.table({"id": ids, "n": pa.array([0, 0], pa.int64())})
+        await sink.deliver(
+            delivery(Position(version), Position(version + 1), inserts(rows, version))
+        )
+    owner = DeltaTable(mirror)
+    owner.optimize.compact()
+    owner.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+
+    async def unchanged(seen: int) -> bool:
+        return False
+
+    sink._target_changed = unchanged  # type: ignore[method-assign]
+    update = pa.table({"id": pa.array([1, 1], pa.int64()), "n": pa.array([0, 7], pa.int64())})
+    update = inserts(update, 3).set_column(
+        2, "_change_type", pa.array(["update_preimage", "update_postimage"])
+    )
+    await sink.deliver(delivery(Position(3), Position(4), update))
+    assert sink.retries == 1
+    rows = DeltaTable(mirror).to_pyarrow_table().to_pylist()
+    assert sorted((r["id"], r["n"]) for r in rows) == [(1, 7), (2, 0), (3, 0), (4, 0)]

@@ -89,7 +89,9 @@ def _one_line(error: BaseException) -> str:
 #: are refusals a retry meets again: an append-only table (``delta.appendOnly``) and a
 #: commit removing rows, reader or writer features delta-rs does not support.
 _DELTA_CONFLICT = re.compile(
-    r"Failed to commit transaction: \d+|already exists|concurrent|conflict", re.IGNORECASE
+    r"Failed to commit transaction: \d+|existing table version|already exists|concurrent|"
+    r"conflict",
+    re.IGNORECASE,
 )
 #: delta-rs's message for a file of the table gone from the store while a commit read it
 #: (VACUUM by the table's owner after the sink's view of the table): loaded again, the
