@@ -508,9 +508,11 @@ def _rewrite_hint(uri: str, path: str, rows: pa.Schema) -> str:
 
 def _key_ranges(data: pa.Table, keys: Sequence[str]) -> list[str]:
     """Conditions on the target's rows that every row a delivery's MERGE may touch meets:
-    each integer or string key within the delivery's range of it. delta-rs prunes the
-    target's files by them (their statistics), so that a MERGE reads the files its keys may
-    be in, not the whole table: its memory follows the delivery, not the target."""
+    each integer or string key within the delivery's range of it (bounds compared as
+    DataFusion compares them: numbers, strings by their UTF-8 bytes, as Arrow's
+    ``min_max``). delta-rs prunes the target's files by them (their statistics), so that a
+    MERGE reads only the files the delivery's keys may be in: its memory follows those
+    files, not the whole table (as long as the target's files are clustered by key)."""
     out = []
     for key in keys:
         column = data[key]
