@@ -10,6 +10,7 @@ tailer or the command line, or the sink is driven as the tailer drives it.
 from __future__ import annotations
 
 import logging
+import shlex
 import shutil
 import sys
 from decimal import Decimal
@@ -239,13 +240,19 @@ async def test_a_not_null_column_and_an_append_only_mirror_stop_the_stream(
 # ------------------------------------------------------------------ the owner's doings
 
 
-async def mirror_running(tmp_path: Path, act: Any) -> tuple[Tailer, list[BaseException]]:
-    """A mirror stream of a 6-row source; once it holds them, ``act(mirror)`` runs and the
-    source deletes a row and adds two; the stream runs until it delivers that or fails."""
+MIRROR = "?mode=merge&key=id"
+
+
+async def mirror_running(
+    tmp_path: Path, act: Any, query: str = MIRROR
+) -> tuple[Tailer, list[BaseException]]:
+    """A mirror stream (or, with ``query=""``, a change log) of a 6-row source; once it
+    holds them, ``act(target)`` runs and the source deletes a row and adds two; the stream
+    runs until it delivers that or fails."""
     uri, mirror = str(tmp_path / "src"), str(tmp_path / "mirror")
     create_table(uri, rows=6)
     cfg = small_deliveries(uri, tmp_path / "state", max_rows_per_delivery=100)
-    tailer = Tailer(cfg, parse_sink(f"delta:{mirror}?mode=merge&key=id"))
+    tailer = Tailer(cfg, parse_sink(f"delta:{mirror}{query}"))
     failures: list[BaseException] = []
 
     async def run() -> None:
@@ -265,26 +272,27 @@ async def mirror_running(tmp_path: Path, act: Any) -> tuple[Tailer, list[BaseExc
     return tailer, failures
 
 
-def hint(tmp_path: Path) -> str:
+def hint(tmp_path: Path, query: str = MIRROR) -> str:
     mirror = tmp_path / "mirror"
     return (
         "to discard the stream's output and start over: deltastream reset --state "
-        f"{tmp_path / 'state'} --sink 'delta:{mirror}?mode=merge&key=id' --name s"
+        f"{tmp_path / 'state'} --sink {shlex.quote(f'delta:{mirror}{query}')} --name s"
     )
 
 
 @pytest.mark.anyio
-async def test_a_mirror_emptied_while_its_stream_runs_is_refused_at_the_next_delivery(
-    tmp_path: Path,
+@pytest.mark.parametrize("query", [MIRROR, ""], ids=["mirror", "change-log"])
+async def test_a_target_emptied_while_its_stream_runs_is_refused_at_the_next_delivery(
+    tmp_path: Path, query: str
 ) -> None:
-    _, failures = await mirror_running(tmp_path, lambda m: DeltaTable(m).delete())
+    _, failures = await mirror_running(tmp_path, lambda m: DeltaTable(m).delete(), query)
     mirror = tmp_path / "mirror"
     assert str(failures[0]) == (
-        f"delta:{mirror}?mode=merge&key=id: the commit of 3 rows of s (v1 to v3) found the "
+        f"delta:{mirror}{query}: the commit of 3 rows of s (v1 to v3) found the "
         f"target changed by another writer: the table at {mirror} holds no rows, but the "
         f"stream's txn says its rows up to v1 were committed there, and its state in "
         f"{tmp_path / 'state'} that rows were left: it was emptied outside deltastream; "
-        f"nothing was committed. {hint(tmp_path)}"
+        f"nothing was committed. {hint(tmp_path, query)}"
     )
     assert DeltaTable(str(mirror)).to_pyarrow_table().num_rows == 0
 
