@@ -19,8 +19,9 @@
 3. Mirror memory (with ``--memory-rows N``, instead of 1 and 2): a source of N rows (``id
    long, name string, amount double``, written by ``deltalake`` in appends of 250,000
    consecutive keys, change data feed on), its mirror made by ``deltastream tail
-   --available-now`` (optionally Z-ordered by ``id`` by its owner, ``--zorder``), then the
-   source deletes the keys below ``--memory-deletes``; the peak RSS (``/usr/bin/time -v``)
+   --available-now`` (optionally Z-ordered by ``id`` by its owner into files of 8 MiB,
+   ``--zorder``), then the source deletes the keys below ``--memory-deletes``; the peak
+   RSS (``/usr/bin/time -v``)
    of the ``deltastream tail --available-now`` that delivers the deletes, at the sink's own
    delivery size and at 100,000 rows, each from the same copy of the mirror and its state.
 
@@ -196,9 +197,13 @@ def mirror_memory(rows: int, deletes: int, zorder: bool, scratch: Path) -> dict[
         config = {"delta.enableChangeDataFeed": "true"}
         data = pa.table({"id": ids, "name": names, "amount": amounts})
         write_deltalake(str(src), data, mode="append", configuration=config)
-    subprocess.run(tail_command(root), check=True)
+    # Run from the scratch directory: ``python -m`` puts the working directory first on
+    # sys.path, before PYTHONPATH, which names the deltastream measured.
+    subprocess.run(tail_command(root), check=True, cwd=scratch)
     if zorder:
-        DeltaTable(str(root / "mirror")).optimize.z_order(["id"])
+        # Files of 8 MiB (about 2 M rows of this narrow table): delta-rs's default of 100 MiB
+        # would make one file of the whole mirror here.
+        DeltaTable(str(root / "mirror")).optimize.z_order(["id"], target_size=8 * 1024 * 1024)
     DeltaTable(str(src)).delete(f"id < {deletes}")
     for part in ("mirror", "state"):
         shutil.copytree(root / part, scratch / f"kept-{part}")
@@ -215,6 +220,7 @@ def mirror_memory(rows: int, deletes: int, zorder: bool, scratch: Path) -> dict[
             check=True,
             capture_output=True,
             text=True,
+            cwd=scratch,
         )
         found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
         assert found, done.stderr
