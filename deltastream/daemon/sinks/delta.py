@@ -114,7 +114,13 @@ from deltastream.daemon.sinks.common import (
     _reset_hint,
     log,
 )
-from deltastream.daemon.sinks.exact import Fit, fit, type_name
+from deltastream.daemon.sinks.delta_columns import (
+    exact_rows,
+    fit_rows,
+    key_ranges,
+    quote,
+    target_keys,
+)
 from deltastream.daemon.sinks.failures import (
     RetryableConflict,
     permanent_error,
@@ -135,7 +141,6 @@ from deltastream.errors import (
     SinkInUseError,
     SinkRecoveryError,
     SinkRejectedError,
-    SinkSchemaError,
     StorageError,
     TableNotFoundError,
 )
@@ -451,109 +456,6 @@ def _deltalake() -> Any:
     import deltalake
 
     return deltalake
-
-
-# ------------------------------------------------------------------------------ schemas
-
-
-def _arrow_describe(schema: pa.Schema) -> str:
-    """A schema for messages, in Delta's type names: ``(id long, name string)``."""
-    return "(" + ", ".join(f"{f.name} {type_name(f.type)}" for f in schema) + ")"
-
-
-def _written_type(source: pa.DataType, target: pa.DataType) -> pa.DataType:
-    """The type a source column is written in to a target column that holds it: the
-    target's, but for the nested fields the source adds (kept, for schema merge)."""
-    if pa.types.is_struct(source) and pa.types.is_struct(target):
-        fields = []
-        for field in source:
-            index = target.get_field_index(field.name)
-            inner = field.type if index < 0 else _written_type(field.type, target.field(index).type)
-            fields.append(pa.field(field.name, inner, field.nullable))
-        return pa.struct(fields)
-    if pa.types.is_list(source) and pa.types.is_list(target):
-        return pa.list_(_written_type(source.value_type, target.value_type))
-    if pa.types.is_large_list(source) and pa.types.is_large_list(target):
-        return pa.large_list(_written_type(source.value_type, target.value_type))
-    if pa.types.is_map(source) and pa.types.is_map(target):
-        return pa.map_(
-            _written_type(source.key_type, target.key_type),
-            _written_type(source.item_type, target.item_type),
-        )
-    return target
-
-
-def _arrow_expression(t: pa.DataType) -> str:
-    """Python building the Arrow type ``t`` (``pa.int64()``, ``pa.decimal128(12, 4)``)."""
-    if pa.types.is_timestamp(t):
-        return f"pa.timestamp({t.unit!r}" + (f", {t.tz!r})" if t.tz else ")")
-    text = str(t)
-    return f"pa.{text}" if "(" in text else f"pa.{text}()"
-
-
-def _rewrite_hint(uri: str, path: str, rows: pa.Schema) -> str:
-    """For a top-level column: the deltalake call that rewrites the table so (its rows
-    read and written back with the column cast, in one overwrite commit, which keeps the
-    table's id and txns)."""
-    if rows.get_field_index(path) < 0:
-        return ""
-    t = _arrow_expression(rows.field(path).type)
-    return (
-        f' (python -c "import deltalake as d, pyarrow as pa; t = d.DeltaTable({uri!r}); '
-        f"r = t.to_pyarrow_table(); i = r.schema.get_field_index({path!r}); "
-        f"d.write_deltalake(t, r.set_column(i, {path!r}, r[{path!r}].cast({t})), "
-        "mode='overwrite', schema_mode='overwrite')\")"
-    )
-
-
-def _key_ranges(data: pa.Table, keys: Sequence[str]) -> list[str]:
-    """Conditions on the target's rows that every row a delivery's MERGE may touch meets:
-    each integer or string key within the delivery's range of it (bounds compared as
-    DataFusion compares them: numbers, strings by their UTF-8 bytes, as Arrow's
-    ``min_max``). delta-rs prunes the target's files by them (their statistics), so that a
-    MERGE reads only the files the delivery's keys may be in: its memory follows those
-    files, not the whole table (as long as the target's files are clustered by key)."""
-    out = []
-    for key in keys:
-        column = data[key]
-        kind = column.type
-        if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
-            continue
-        bounds = pc.min_max(column)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        if low is None or high is None:
-            continue
-
-        def literal(value: Any) -> str:
-            return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
-
-        out.append(f"t.{_quote(key)} >= {literal(low)} AND t.{_quote(key)} <= {literal(high)}")
-    return out
-
-
-def _target_keys(table: deltalake.DeltaTable, lookup: pa.Table) -> pa.Table:
-    """The rows of ``table``'s key columns (``lookup``'s columns) that may equal a row of
-    ``lookup``: the target's files are pruned by the range of each key in ``lookup``, then
-    the key columns of the rest are read and kept where the first key is one looked up."""
-    import pyarrow.dataset as ds
-
-    keys = lookup.column_names
-    dataset = table.to_pyarrow_dataset()
-    expression: Any = None
-    for key in keys:
-        bounds = pc.min_max(lookup[key])
-        low, high = bounds["min"], bounds["max"]
-        if not low.is_valid or not high.is_valid:
-            continue
-        within = (ds.field(key) >= low) & (ds.field(key) <= high)
-        expression = within if expression is None else expression & within
-    first = ds.field(keys[0]).isin(pc.unique(lookup[keys[0]]))
-    expression = first if expression is None else expression & first
-    return dataset.to_table(columns=keys, filter=expression)
-
-
-def _quote(name: str) -> str:
-    return f"`{name}`"
 
 
 # ------------------------------------------------------------------------------ the sink
@@ -1191,7 +1093,7 @@ class DeltaSink(Sink):
         self._check_properties(table)
         columns = data.schema if not merge else data.drop_columns(list(FLAGS)).schema
         written, added = self._fit(table, columns)
-        data = self._exact(data, written)
+        data = exact_rows(self._spec, self.uri, data, written)
         if merge:
             self._refuse_duplicates(table, data)
             if pc.all(pc.and_not(data[ADDED_FIRST], data[DELETE])).as_py():
@@ -1218,10 +1120,10 @@ class DeltaSink(Sink):
             )
             return
         predicate = " AND ".join(
-            [*_key_ranges(data, self.target.keys)]
-            + [f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys]
+            [*key_ranges(data, self.target.keys)]
+            + [f"t.{quote(k)} = s.{quote(k)}" for k in self.target.keys]
         )
-        flag = f"s.{_quote(DELETE)}"
+        flag = f"s.{quote(DELETE)}"
         before = table.version()
         (
             table.merge(
@@ -1278,7 +1180,7 @@ class DeltaSink(Sink):
         wanted = data.filter(data[ADDED_FIRST]).select([*keys, FLAGS[2]])
         if not wanted.num_rows:
             return
-        found = _target_keys(table, wanted.select(keys))
+        found = target_keys(table, wanted.select(keys))
         if not found.num_rows:
             return
         hits = wanted.join(found, keys, join_type="inner")
@@ -1353,84 +1255,19 @@ class DeltaSink(Sink):
     def _fit(
         self, table: deltalake.DeltaTable, rows: pa.Schema
     ) -> tuple[pa.Schema, tuple[str, ...]]:
-        """The schema the rows are written in, and the columns and nested fields they add
-        to the target (Delta schema merge adds them), by the one rule of what a column
-        holds (:func:`~deltastream.daemon.sinks.exact.fit`): a target column holds the
-        rows' values when its type is theirs or one the protocol widens theirs to (a
-        ``long`` column made beforehand for an ``integer`` source: the rows are cast to
-        it, exactly). A column the rows lack, a type the protocol widens the target's to
-        (delta-rs has no type widening), or one nothing makes hold the values raises
-        :class:`SinkSchemaError` naming the column, both types and the fix."""
+        """The schema the rows are written in and what they add to the target
+        (:func:`~deltastream.daemon.sinks.delta_columns.fit_rows`)."""
+        start_over = _reset_hint(self._ref, self._spec) if self._ref else "deltastream reset"
         target = pa.schema(cast(Any, table.schema().to_arrow()))
-        missing = [f.name for f in target if rows.get_field_index(f.name) < 0]
-        if missing:
-            raise SinkSchemaError(
-                self._spec,
-                f"the rows' schema {_arrow_describe(rows)} does not fit the schema of the "
-                f"table at {self.uri} {_arrow_describe(target)}: the rows lack column(s) "
-                f"{', '.join(missing)} (dropped or renamed in the source), and a delta target "
-                "keeps its columns; nothing was committed",
-            )
-        result, written = Fit(), []
-        for field in rows:
-            index = target.get_field_index(field.name)
-            if index < 0:
-                result += Fit(added=(field.name,))
-                written.append(field)
-                continue
-            have = target.field(index).type
-            result += fit(field.type, have, field.name)
-            written.append(pa.field(field.name, _written_type(field.type, have), field.nullable))
-        for path, have_name, want_name in result.widened:
-            raise SinkSchemaError(
-                self._spec,
-                f"column {path} of the table at {self.uri} is {have_name}, and the source's is "
-                f"now {want_name}: delta-rs (deltalake {_deltalake().__version__}) cannot widen "
-                "a Delta column's type; nothing was committed. To go on, rewrite the table "
-                f"with {path} as {want_name}, keeping its rows and the stream's txn"
-                + _rewrite_hint(self.uri, path, rows)
-                + ", then start the stream again; or start it over into a new table ("
-                + (_reset_hint(self._ref, self._spec) if self._ref else "deltastream reset")
-                + ", then remove the table)",
-            )
-        for path, have_name, want_name in result.refused:
-            raise SinkSchemaError(
-                self._spec,
-                f"column {path} of the table at {self.uri} is {have_name}, which cannot hold "
-                f"every value of the source's {want_name}: the rows' schema "
-                f"{_arrow_describe(rows)} does not fit the table's {_arrow_describe(target)}; "
-                "nothing was committed. Give the stream a table of its own (a new location: "
-                "deltastream creates it with the source's types), or start it over ("
-                + (_reset_hint(self._ref, self._spec) if self._ref else "deltastream reset")
-                + ", then remove the table)",
-            )
-        if result.added:
+        written, added = fit_rows(self._spec, self.uri, start_over, target, rows)
+        if added:
             log.info(
                 "%s: adding %s to %s (the source's schema gained them)",
                 self._spec,
-                ", ".join(result.added),
+                ", ".join(added),
                 self.uri,
             )
-        return pa.schema(written), result.added
-
-    def _exact(self, data: pa.Table, written: pa.Schema) -> pa.Table:
-        """``data`` with its columns cast to ``written``'s types (a target's wider types),
-        each value exactly: a cast that would change one raises :class:`SinkSchemaError`."""
-        for field in written:
-            index = data.schema.get_field_index(field.name)
-            if data.schema.field(index).type == field.type:
-                continue
-            try:
-                column = pc.cast(data.column(index), field.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise SinkSchemaError(
-                    self._spec,
-                    f"column {field.name} of the rows cannot be written exactly as the "
-                    f"table's {type_name(field.type)} at {self.uri} ({e}); nothing was "
-                    "committed",
-                ) from e
-            data = data.set_column(index, field, column)
-        return data
+        return written, added
 
 
 def _describe_txn(version: int) -> str:
