@@ -351,8 +351,11 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Discards what the stream wrote to its sink (a jsonl file, its parquet "
         "files, the rows of a PostgreSQL or Delta target table; nothing for http, exec and "
         "jsonl:-) and then its state (position and saved "
-        "snapshots), so that its next run starts afresh. Refuses while the stream runs, and "
-        "while a live replica of the group its state names holds it (unless --force). It "
+        "snapshots), so that its next run starts afresh. It is refused while a live replica "
+        "of the group its state names holds the stream (unless --force). On a file sink "
+        "(jsonl, parquet) it refuses while the stream runs (the stream holds the output's "
+        "lock); a Delta or PostgreSQL target has no such lock: the reset goes ahead, and a "
+        "stream still running on it stops at its next delivery, committing nothing. It "
         "records itself in the state directory first: a reset cut short blocks the stream "
         "until it is run again.",
     )

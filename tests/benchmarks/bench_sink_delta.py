@@ -16,19 +16,32 @@
    latency, p50 and p99. The script runs against any deltastream on ``PYTHONPATH``, so an
    older checkout is measured with the same data.
 
+3. Mirror memory (with ``--memory-rows N``, instead of 1 and 2): a source of N rows (``id
+   long, name string, amount double``, written by ``deltalake`` in appends of 250,000
+   consecutive keys, change data feed on), its mirror made by ``deltastream tail
+   --available-now`` (optionally Z-ordered by ``id`` by its owner into files of 8 MiB,
+   ``--zorder``), then the source deletes the keys below ``--memory-deletes``; the peak
+   RSS (``/usr/bin/time -v``)
+   of the ``deltastream tail --available-now`` that delivers the deletes, at the sink's own
+   delivery size and at 100,000 rows, each from the same copy of the mirror and its state.
+
 The sink is driven directly (``recover`` then ``deliver``), as the tailer drives it, so the
-figures are the sink's own, not the table reader's.
+figures are the sink's own, not the table reader's (but in 3, a whole stream's).
 
 Run: ``python tests/benchmarks/bench_sink_delta.py`` (about half a minute on 2 cores; the
 runs are short, so on a busy machine ``--runs 15`` gives steadier medians);
-``--rows 200000 --mirror-rows 100000 --versions 5`` for a quick look.
+``--rows 200000 --mirror-rows 100000 --versions 5`` for a quick look;
+``--memory-rows 2000000`` (about a minute) for the memory of a mirror's deletes.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +49,7 @@ from pathlib import Path
 
 import anyio
 import pyarrow as pa
+import pyarrow.compute as pc
 from benchlib import command_line, log
 from deltalake import DeltaTable, write_deltalake
 
@@ -162,6 +176,60 @@ def mirror(rows: int, versions: int, scratch: Path, seed: int) -> tuple[list[flo
     return latencies, inserts
 
 
+def tail_command(root: Path, *extra: str) -> list[str]:
+    sink = f"delta:{root / 'mirror'}?mode=merge&key=id"
+    return [
+        *(sys.executable, "-m", "deltastream", "tail", str(root / "src")),
+        *("--mode", "snapshot-and-follow", "--available-now", "--log-level", "warning"),
+        *("--state", str(root / "state"), "--sink", sink, *extra),
+    ]
+
+
+def mirror_memory(rows: int, deletes: int, zorder: bool, scratch: Path) -> dict[str, int]:
+    """Peak RSS (KiB) of the stream delivering a source's deletes of the keys below
+    ``deletes`` into its ``rows``-row mirror, by delivery size (see the module docstring)."""
+    root = scratch / "memory"
+    src = root / "src"
+    for start in range(0, rows, 250_000):
+        ids = pa.array(range(start, min(rows, start + 250_000)), pa.int64())
+        names = pc.binary_join_element_wise(pa.scalar("name-"), pc.cast(ids, pa.string()), "")
+        amounts = pc.multiply(pc.cast(ids, pa.float64()), 1.5)
+        config = {"delta.enableChangeDataFeed": "true"}
+        data = pa.table({"id": ids, "name": names, "amount": amounts})
+        write_deltalake(str(src), data, mode="append", configuration=config)
+    # Run from the scratch directory: ``python -m`` puts the working directory first on
+    # sys.path, before PYTHONPATH, which names the deltastream measured.
+    subprocess.run(tail_command(root), check=True, cwd=scratch)
+    if zorder:
+        # Files of 8 MiB (about 2 M rows of this narrow table): delta-rs's default of 100 MiB
+        # would make one file of the whole mirror here.
+        DeltaTable(str(root / "mirror")).optimize.z_order(["id"], target_size=8 * 1024 * 1024)
+    DeltaTable(str(src)).delete(f"id < {deletes}")
+    for part in ("mirror", "state"):
+        shutil.copytree(root / part, scratch / f"kept-{part}")
+    peaks = {}
+    for label, extra in (
+        ("the sink's own", ()),
+        ("100,000", ("--max-rows-per-delivery", "100000")),
+    ):
+        for part in ("mirror", "state"):
+            shutil.rmtree(root / part)
+            shutil.copytree(scratch / f"kept-{part}", root / part)
+        done = subprocess.run(
+            ["/usr/bin/time", "-v", *tail_command(root, *extra)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=scratch,
+        )
+        found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
+        assert found, done.stderr
+        held = DeltaTable(str(root / "mirror")).to_pyarrow_table(columns=["id"]).num_rows
+        assert held == rows - deletes, f"the mirror holds {held} rows, not {rows - deletes}"
+        peaks[label] = int(found.group(1))
+    return peaks
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
@@ -175,7 +243,21 @@ def main() -> int:
     parser.add_argument("--mirror-rows", type=int, default=1_000_000)
     parser.add_argument("--versions", type=int, default=20)
     parser.add_argument("--seed", type=int, default=20261127)
+    parser.add_argument("--memory-rows", type=int, default=0)
+    parser.add_argument("--memory-deletes", type=int, default=1_000_000)
+    parser.add_argument("--zorder", action="store_true")
     args = parser.parse_args()
+    if args.memory_rows:
+        with tempfile.TemporaryDirectory(prefix="bench-sink-delta-") as tmp:
+            peaks = mirror_memory(args.memory_rows, args.memory_deletes, args.zorder, Path(tmp))
+        print(f"command     : {command_line()}")
+        for label, kib in peaks.items():
+            print(
+                f"memory      : mirror of {args.memory_rows:,} rows"
+                f"{', Z-ordered by id' if args.zorder else ''}, the source deleting "
+                f"{args.memory_deletes:,}, in deliveries of {label}: peak RSS {kib / 1024:,.0f} MiB"
+            )
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-sink-delta-") as tmp:
         scratch = Path(tmp)
         log(f"change log: {args.rows:,} rows, {args.runs} runs ...")

@@ -39,19 +39,30 @@ Modes:
 
 A missing target is created with the rows' schema (``partition_by=`` columns, and
 ``checkpoint_interval=N``, the table property ``delta.checkpointInterval`` that delta-rs's
-post-commit hook writes a checkpoint by). New columns in the rows reach the target (Delta
-schema merge); any other difference between the rows' schema and the target's raises
-:class:`~deltastream.errors.SinkRejectedError` naming both, as does a merge key missing or
-null; nothing is committed then. A target holding another stream's ``txn`` is refused
+post-commit hook writes a checkpoint by). Each value is written exactly or not at all, by
+the one rule of what a column holds (:func:`~deltastream.daemon.sinks.exact.fit`): the rows
+are cast to a target column's type when it holds theirs (a wider one made beforehand), new
+columns and nested fields reach the target by Delta schema merge, and a type the target's
+column cannot hold, one the protocol widens (delta-rs has no type widening) or a column the
+rows lack raises :class:`~deltastream.errors.SinkSchemaError` naming the column, both types
+and the fix, as a merge key missing or null raises
+:class:`~deltastream.errors.SinkRejectedError`; nothing is committed then. A target
+holding another stream's ``txn`` is refused
 (:class:`~deltastream.errors.SinkRecoveryError` naming the stream), and so is an existing
 target that holds rows no stream's ``txn`` accounts for: a stream appends to, or merges
 into, a new table, an empty one (made beforehand with the user's own properties, or emptied
 by a reset) or its own. Whether a table holds rows is read from its log alone, with
 deltastream's log reader: the live files' ``numRecords`` statistics less their deletion
 vectors' cardinality (:func:`rows_in`; a file without statistics counts as holding rows). A
-commit that loses to a concurrent writer (delta-rs's ``CommitFailedError``) or fails in the
-store is retried with the project's backoff (:func:`~deltastream.storage.retry.backoff_delay`),
-each retry reported to the ``retry_listener``. A target whose ``txn`` for the stream is
+commit that loses to a concurrent writer or fails in the store is retried with the project's
+backoff (:func:`~deltastream.storage.retry.backoff_delay`), each retry reported to the
+``retry_listener``; a refusal a retry meets again (a CHECK or NOT NULL constraint,
+``delta.appendOnly``) stops the stream at once (:mod:`~deltastream.daemon.sinks.failures`).
+Before every commit the sink's view of the target is brought up to date and, when another
+writer committed, loaded anew and checked as at start (:meth:`DeltaSink._target_changed`): the
+owner's maintenance (OPTIMIZE, VACUUM, checkpoints) costs nothing, and a target emptied,
+removed or replaced while the stream runs is refused at its next delivery. A target whose
+``txn`` for the stream is
 found behind the stream's position (reset or replaced while the stream ran: read after a
 failed commit, and whenever the sink loads the table anew) stops the stream instead, nothing
 committed.
@@ -78,7 +89,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
 from urllib.parse import parse_qs
 
 import anyio
@@ -103,7 +114,18 @@ from deltastream.daemon.sinks.common import (
     _reset_hint,
     log,
 )
-from deltastream.daemon.sinks.failures import RetryableConflict, transient_cause
+from deltastream.daemon.sinks.delta_columns import (
+    exact_rows,
+    fit_rows,
+    key_ranges,
+    quote,
+    target_keys,
+)
+from deltastream.daemon.sinks.failures import (
+    RetryableConflict,
+    permanent_error,
+    transient_cause,
+)
 from deltastream.daemon.sinks.mirror import (
     ADDED_FIRST,
     DELETE,
@@ -113,15 +135,16 @@ from deltastream.daemon.sinks.mirror import (
 )
 from deltastream.errors import (
     InvalidArgumentError,
+    ObjectNotFoundError,
     SinkError,
     SinkFencedError,
     SinkInUseError,
     SinkRecoveryError,
     SinkRejectedError,
-    SinkSchemaError,
     StorageError,
     TableNotFoundError,
 )
+from deltastream.log.paths import commit_key
 from deltastream.read.predicates.stats import StatsReader
 from deltastream.read.row_ids import ROW_ID
 from deltastream.snapshot.loader import load_table_state
@@ -435,56 +458,6 @@ def _deltalake() -> Any:
     return deltalake
 
 
-# ------------------------------------------------------------------------------ schemas
-
-
-def _bare_type(value: Any) -> Any:
-    """A Delta type's JSON without nullability and metadata, which the two sides of a
-    comparison may set differently for the same column."""
-    if isinstance(value, dict):
-        return {k: _bare_type(v) for k, v in value.items() if k not in ("nullable", "metadata")}
-    if isinstance(value, list):
-        return [_bare_type(v) for v in value]
-    return value
-
-
-def _columns(schema: deltalake.Schema) -> dict[str, Any]:
-    """Column name -> its Delta type (bare), in schema order."""
-    return {f.name: _bare_type(json.loads(f.to_json())["type"]) for f in schema.fields}
-
-
-def _describe(columns: Mapping[str, Any]) -> str:
-    def text(t: Any) -> str:
-        return t if isinstance(t, str) else json.dumps(t, separators=(",", ":"))
-
-    return "(" + ", ".join(f"{name} {text(t)}" for name, t in columns.items()) + ")"
-
-
-def _target_keys(table: deltalake.DeltaTable, lookup: pa.Table) -> pa.Table:
-    """The rows of ``table``'s key columns (``lookup``'s columns) that may equal a row of
-    ``lookup``: the target's files are pruned by the range of each key in ``lookup``, then
-    the key columns of the rest are read and kept where the first key is one looked up."""
-    import pyarrow.dataset as ds
-
-    keys = lookup.column_names
-    dataset = table.to_pyarrow_dataset()
-    expression: Any = None
-    for key in keys:
-        bounds = pc.min_max(lookup[key])
-        low, high = bounds["min"], bounds["max"]
-        if not low.is_valid or not high.is_valid:
-            continue
-        within = (ds.field(key) >= low) & (ds.field(key) <= high)
-        expression = within if expression is None else expression & within
-    first = ds.field(keys[0]).isin(pc.unique(lookup[keys[0]]))
-    expression = first if expression is None else expression & first
-    return dataset.to_table(columns=keys, filter=expression)
-
-
-def _quote(name: str) -> str:
-    return f"`{name}`"
-
-
 # ------------------------------------------------------------------------------ the sink
 
 
@@ -535,6 +508,10 @@ class DeltaSink(Sink):
         self._create_only = False
         #: Whether the target held rows after the last commit.
         self._holds_rows = False
+        #: The stream (set by recover).
+        self._ref: StreamRef | None = None
+        #: The target's metadata id as this sink loaded or created it (see _check_reloaded).
+        self._table_id: str | None = None
         #: This run's mark in its commits (:func:`writer_app_id`), drawn by recover.
         self._writer = 0
         #: Commits that failed and were retried, for tests and metrics.
@@ -595,7 +572,9 @@ class DeltaSink(Sink):
         self, stream: StreamRef, committed: Position | None, state: Mapping[str, Any]
     ) -> HeldPosition | None:
         self._stream = stream.name
+        self._ref = stream
         self._table = None
+        self._table_id = None
         self._writer = secrets.randbits(62)
         txns = await self._target_txns()
         ours = self._owned(txns or {}, stream, reset=False)
@@ -617,26 +596,42 @@ class DeltaSink(Sink):
         self._held = None
         recorded = state.get("txn") if committed is not None else None
         if isinstance(recorded, int):
-            released = any(
-                is_released(version) and parsed is not None and parsed[0] == stream.name
-                for app, version in (txns or {}).items()
-                for parsed in [parse_app_id(app)]
-            )
-            how = (
-                "the stream's rows were removed by a reset (its txn is released)"
-                if released
-                else "the target was replaced, or restored from before the stream's first commit"
-            )
-            raise SinkRecoveryError(
-                self._spec,
-                f"the table at {self.uri} holds no rows of stream {stream.name!r}, but its "
-                f"state in {stream.state_uri} says rows up to {decode_position(recorded)} "
-                f"were committed there: {how}; nothing was touched. "
-                + _reset_hint(stream, self._spec),
+            raise self._lost(
+                stream, recorded, txns, "restored from before the stream's first commit"
             )
         if txns is not None:
             await self._check_empty()
         return None
+
+    def _lost(
+        self,
+        stream: StreamRef,
+        recorded: int,
+        txns: Mapping[str, int] | None,
+        otherwise: str,
+        context: str = "",
+        done: str = "nothing was touched",
+    ) -> SinkRecoveryError:
+        """The error for a target that holds none of the stream's rows although its state
+        (or this process) says rows up to ``recorded`` (a txn version) were committed there:
+        at start and at every delivery alike (``txns``: the target's, ``None``: no table)."""
+        released = any(
+            is_released(version) and parsed is not None and parsed[0] == stream.name
+            for app, version in (txns or {}).items()
+            for parsed in [parse_app_id(app)]
+        )
+        if released:
+            how = "the stream's rows were removed by a reset (its txn is released)"
+        elif txns is None:
+            how = "the table was removed"
+        else:
+            how = f"the target was replaced, or {otherwise}"
+        return SinkRecoveryError(
+            self._spec,
+            f"{context}the table at {self.uri} holds no rows of stream {stream.name!r}, but its "
+            f"state in {stream.state_uri} says rows up to {decode_position(recorded)} "
+            f"were committed there: {how}; {done}. " + _reset_hint(stream, self._spec),
+        )
 
     async def _claim(self, stream: StreamRef, txns: Mapping[str, int] | None) -> None:
         """Choose the epoch this sink's commits carry: above the target's, and at least the
@@ -751,13 +746,73 @@ class DeltaSink(Sink):
         state = await self._target_state(files=True)
         if state is None or rows_in(state.files)[0]:
             return
-        raise SinkRecoveryError(
+        raise self._emptied(stream, held)
+
+    def _emptied(
+        self,
+        stream: StreamRef,
+        held: Position,
+        context: str = "",
+        done: str = "nothing was touched",
+    ) -> SinkRecoveryError:
+        """The error for a target found holding no rows where the stream left some: at
+        start and at every delivery alike."""
+        return SinkRecoveryError(
             self._spec,
-            f"the table at {self.uri} holds no rows, but the stream's txn says its rows up "
-            f"to {held} were committed there, and its state in {stream.state_uri} that rows "
-            "were left: it was emptied outside deltastream; nothing was touched. "
+            f"{context}the table at {self.uri} holds no rows, but the stream's txn says its "
+            f"rows up to {held} were committed there, and its state in {stream.state_uri} "
+            f"that rows were left: it was emptied outside deltastream; {done}. "
             + _reset_hint(stream, self._spec),
         )
+
+    async def _target_changed(self, seen: int) -> bool:
+        """Whether anything but this sink committed to the target since its view of it (at
+        version ``seen``): a commit after ``seen`` is there, or the commit ``seen`` is gone
+        or is not one of this run's (it carries no ``txn`` of :func:`writer_app_id` with
+        this run's mark: the table was removed or replaced, or another writer's commit was
+        taken in since). One ``HEAD`` and one read of a small file of the log."""
+        mark = writer_app_id(self._stream or "")
+        try:
+            async with open_store(self.uri, self._store_options) as store:
+                try:
+                    await store.head(commit_key(seen + 1))
+                    return True
+                except ObjectNotFoundError:
+                    pass
+                body = await store.get(commit_key(seen))
+        except ObjectNotFoundError:
+            return True
+        for line in body.splitlines():
+            txn = json.loads(line).get("txn") if line.strip() else None
+            if txn and txn.get("appId") == mark and txn.get("version") == self._writer:
+                return False
+        return True
+
+    def _check_reloaded(self, app: str, what: str) -> None:
+        """The target loaded anew after another writer committed to it (maintenance:
+        OPTIMIZE, Z-order, VACUUM; or an emptied, removed or replaced table), so that no
+        commit reads files removed meanwhile, and checked as at start: it must still be the
+        stream's, the same table (its metadata id), the stream's txn where this process
+        left it, and rows if the stream left rows. Anything else raises, nothing
+        committed."""
+        self._table = None
+        fresh = self._load()
+        ref, held = self._ref, self._held
+        assert ref is not None and held is not None
+        context = f"the commit of {what} found the target changed by another writer: "
+        done = "nothing was committed"
+        if fresh is None:
+            raise self._lost(ref, held, None, "", context, done)
+        found = fresh.transaction_version(app)
+        txns = {} if found is None else {app: found}
+        if found is None or str(fresh.metadata().id) != self._table_id:
+            raise self._lost(
+                ref, held, txns, "another table written at its location", context, done
+            )
+        epoch = fresh.transaction_version(epoch_app_id(self._stream or "")) or 0
+        self._check_fence(found, epoch, context)
+        if self._holds_rows and not self._target_holds_rows():
+            raise self._emptied(ref, decode_position(held), context, done)
 
     async def _check_empty(self, version: int | None = None) -> None:
         """An existing target that no stream owns must hold no rows (created empty, or
@@ -806,8 +861,8 @@ class DeltaSink(Sink):
             raise
         except StorageError as e:  # the retries ran out
             raise SinkError(self._spec, f"{what} failed: {e.problem}") from e
-        except Exception as e:
-            raise SinkError(self._spec, f"{what} failed: {e}") from e
+        except Exception as e:  # what a retry cannot fix: the stream stops (exit 2)
+            raise permanent_error(self._spec, e, f"{what} failed") from e
 
     # -------------------------------------------------------------- delivery
 
@@ -839,6 +894,8 @@ class DeltaSink(Sink):
         async def attempt() -> None:
             if self._held is None:
                 await self._check_unowned(what)
+            elif self._table is not None and await self._target_changed(self._table.version()):
+                await anyio.to_thread.run_sync(self._check_reloaded, app, what)
             try:
                 await anyio.to_thread.run_sync(self._commit, data, app, version, delivery)
             except Exception as e:
@@ -963,6 +1020,8 @@ class DeltaSink(Sink):
                 self._table = dl.DeltaTable(self.uri, storage_options=self._delta_options)
             except dl.exceptions.TableNotFoundError:
                 return None
+            if self._table_id is None:
+                self._table_id = str(self._table.metadata().id)
         return self._table
 
     def _check_fence(self, held: int | None, epoch: int, context: str = "") -> None:
@@ -984,7 +1043,8 @@ class DeltaSink(Sink):
                 self._spec,
                 f"{context}the table at {self.uri} no longer holds the stream's position "
                 f"{decode_position(self._held)} (its txn: {found}): the target was reset or "
-                "replaced while the stream ran; nothing was committed",
+                "replaced while the stream ran; nothing was committed"
+                + ("" if self._ref is None else ". " + _reset_hint(self._ref, self._spec)),
             )
         assert held is not None
         mine = "none" if self._held is None else str(decode_position(self._held))
@@ -1032,27 +1092,38 @@ class DeltaSink(Sink):
             return
         self._check_properties(table)
         columns = data.schema if not merge else data.drop_columns(list(FLAGS)).schema
-        add = self._fit(table, columns)
+        written, added = self._fit(table, columns)
+        data = exact_rows(self._spec, self.uri, data, written)
         if merge:
             self._refuse_duplicates(table, data)
             if pc.all(pc.and_not(data[ADDED_FIRST], data[DELETE])).as_py():
                 # Only keys the target was just found not to hold: an append does what the
                 # MERGE would, without joining the target again.
                 merge, data = False, data.drop_columns(list(FLAGS))
+        if merge and added:
+            # delta-rs 1.6.6's MERGE with merge_schema loses the struct values of the rows it
+            # copies from rewritten files when a nested field is added: the schema is merged
+            # first, in a commit of its own (no rows; the stream's epoch and mark, not its
+            # position), and the MERGE then writes into the merged schema.
+            self._merge_schema(table, data.select(columns.names).slice(0, 0))
+            added = ()
         if not merge:
-            if not add:  # the target's column order (the same columns)
+            if not added:  # the target's column order (the same columns)
                 data = data.select([f.name for f in table.schema().fields])
             dl.write_deltalake(
                 table,
                 data,
                 mode="append",
-                schema_mode="merge" if add else None,
+                schema_mode="merge" if added else None,
                 commit_properties=props,
                 post_commithook_properties=hooks,
             )
             return
-        predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.target.keys)
-        flag = f"s.{_quote(DELETE)}"
+        predicate = " AND ".join(
+            [*key_ranges(data, self.target.keys)]
+            + [f"t.{quote(k)} = s.{quote(k)}" for k in self.target.keys]
+        )
+        flag = f"s.{quote(DELETE)}"
         before = table.version()
         (
             table.merge(
@@ -1060,7 +1131,6 @@ class DeltaSink(Sink):
                 predicate,
                 source_alias="s",
                 target_alias="t",
-                merge_schema=add,
                 commit_properties=props,
                 post_commithook_properties=hooks,
             )
@@ -1073,6 +1143,20 @@ class DeltaSink(Sink):
             # A merge that changes nothing (keys added and removed within the delivery)
             # commits nothing in delta-rs: the position still must reach the table.
             self._commit_txns(table, props)
+
+    def _merge_schema(self, table: deltalake.DeltaTable, empty: pa.Table) -> None:
+        """A commit of no rows that merges ``empty``'s schema into the target's (Delta
+        schema merge: new columns and nested fields), carrying the stream's epoch and this
+        run's mark like every commit of the sink, but not its position."""
+        dl = _deltalake()
+        dl.write_deltalake(
+            table,
+            empty,
+            mode="append",
+            schema_mode="merge",
+            commit_properties=self._properties([], "schema"),
+        )
+        table.update_incremental()
 
     def _commit_txns(self, table: deltalake.DeltaTable, props: Any) -> None:
         """A commit of ``props``' txns (and ``commitInfo``) alone, no data file."""
@@ -1096,7 +1180,7 @@ class DeltaSink(Sink):
         wanted = data.filter(data[ADDED_FIRST]).select([*keys, FLAGS[2]])
         if not wanted.num_rows:
             return
-        found = _target_keys(table, wanted.select(keys))
+        found = target_keys(table, wanted.select(keys))
         if not found.num_rows:
             return
         hits = wanted.join(found, keys, join_type="inner")
@@ -1146,6 +1230,7 @@ class DeltaSink(Sink):
             else "",
         )
         self._table = dl.DeltaTable(self.uri, storage_options=self._delta_options)
+        self._table_id = str(self._table.metadata().id)
 
     def _check_properties(self, table: deltalake.DeltaTable) -> None:
         """On the first commit to an existing table: its partitioning must be the one the
@@ -1167,29 +1252,22 @@ class DeltaSink(Sink):
             table.alter.set_table_properties({key: str(interval)})
         self._checked_properties = True
 
-    def _fit(self, table: deltalake.DeltaTable, rows: pa.Schema) -> bool:
-        """Whether the rows add columns to the target (``False``: same columns); a rows'
-        schema that differs otherwise raises :class:`SinkRejectedError`."""
-        dl = _deltalake()
-        have = _columns(table.schema())
-        want = _columns(dl.Schema.from_arrow(rows))
-        if have == want:
-            return False
-        if all(name in want and want[name] == t for name, t in have.items()):
-            added = [n for n in want if n not in have]
+    def _fit(
+        self, table: deltalake.DeltaTable, rows: pa.Schema
+    ) -> tuple[pa.Schema, tuple[str, ...]]:
+        """The schema the rows are written in and what they add to the target
+        (:func:`~deltastream.daemon.sinks.delta_columns.fit_rows`)."""
+        start_over = _reset_hint(self._ref, self._spec) if self._ref else "deltastream reset"
+        target = pa.schema(cast(Any, table.schema().to_arrow()))
+        written, added = fit_rows(self._spec, self.uri, start_over, target, rows)
+        if added:
             log.info(
-                "%s: adding column(s) %s to %s (the source's schema gained them)",
+                "%s: adding %s to %s (the source's schema gained them)",
                 self._spec,
                 ", ".join(added),
                 self.uri,
             )
-            return True
-        raise SinkSchemaError(
-            self._spec,
-            f"the rows' schema {_describe(want)} does not fit the schema of the table at "
-            f"{self.uri} {_describe(have)}: only new columns can be added to a delta target; "
-            "nothing was committed",
-        )
+        return written, added
 
 
 def _describe_txn(version: int) -> str:

@@ -62,6 +62,11 @@ def permanent_error(description: str, error: Exception, what: str) -> DeltaStrea
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(error, psycopg.Error):
         return _postgresql_permanent(description, error, what)
+    deltalake = sys.modules.get("deltalake")
+    if deltalake is not None:
+        refused = _delta_permanent(description, error, what)
+        if refused is not None:
+            return refused
     return SinkRejectedError(description, f"{what}: {_one_line(error)}")
 
 
@@ -78,13 +83,58 @@ def _one_line(error: BaseException) -> str:
 # ------------------------------------------------------------------ Delta (delta-rs)
 
 
+#: delta-rs's ``CommitFailedError`` messages for a commit that lost to another writer's (the
+#: version it was to take exists; with no retries inside delta-rs, "Failed to commit
+#: transaction: 0"), or a conflict its checker found. Its other ``CommitFailedError``\ s
+#: are refusals a retry meets again: an append-only table (``delta.appendOnly``) and a
+#: commit removing rows, reader or writer features delta-rs does not support.
+_DELTA_CONFLICT = re.compile(
+    r"Failed to commit transaction: \d+|existing table version|already exists|concurrent|"
+    r"conflict",
+    re.IGNORECASE,
+)
+#: delta-rs's message for a file of the table gone from the store while a commit read it
+#: (VACUUM by the table's owner after the sink's view of the table): loaded again, the
+#: table no longer lists it.
+_DELTA_FILE_GONE = re.compile(r"Object at location .* not found|No such file or directory")
+#: delta-rs's message for rows that break a CHECK constraint or a NOT NULL column.
+_DELTA_INVALID = re.compile(r"Invalid data found: (\d+) rows? failed validation check")
+
+
 def _delta_transient(error: BaseException) -> str | None:
-    """A commit that lost to a concurrent writer (``CommitFailedError``), or an I/O
-    failure of the store."""
+    """A commit that lost to a concurrent writer (a ``CommitFailedError`` that is a
+    conflict), a file of the table removed under the commit (VACUUM), or an I/O failure of
+    the store (an ``OSError``, classified by the caller)."""
     import deltalake
 
+    text = str(error)
     if isinstance(error, deltalake.exceptions.CommitFailedError):
+        return _named(error) if _DELTA_CONFLICT.search(text) else None
+    if _DELTA_FILE_GONE.search(text):
         return _named(error)
+    return None
+
+
+def _delta_permanent(description: str, error: Exception, what: str) -> DeltaStreamError | None:
+    """The error for a delta-rs refusal the target's definition makes (a constraint, the
+    append-only property), saying which; ``None`` for any other."""
+    text = str(error)
+    invalid = _DELTA_INVALID.search(text)
+    if invalid:
+        return SinkRejectedError(
+            description,
+            f"{what}: the table refused {invalid.group(1)} row(s) that break one of its "
+            "CHECK constraints or NOT NULL columns (delta-rs: "
+            f"{_one_line(error).split(' Preview of invalid data')[0]}); nothing of it was "
+            "committed",
+        )
+    if "append-only" in text:
+        return SinkRejectedError(
+            description,
+            f"{what}: the table is append-only (delta.appendOnly=true), and the delivery "
+            "removes or rewrites rows (a mirror's deletes and updates do); nothing of it was "
+            "committed. Use an append-only table for a change log (mode=append) only",
+        )
     return None
 
 
