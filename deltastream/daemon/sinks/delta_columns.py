@@ -41,8 +41,8 @@ def fit_rows(
             description,
             f"the rows' schema {_arrow_describe(rows)} does not fit the schema of the "
             f"table at {uri} {_arrow_describe(target)}: the rows lack column(s) "
-            f"{', '.join(missing)} (dropped or renamed in the source), and a delta target "
-            "keeps its columns; nothing was committed",
+            f"{', '.join(map(repr, missing))} (dropped or renamed in the source), and a "
+            "delta target keeps its columns; nothing was committed",
         )
     result, written = Fit(), []
     for field in rows:
