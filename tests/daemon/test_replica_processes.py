@@ -528,7 +528,7 @@ def test_replicas_in_pid_namespaces_of_their_own_sharing_a_host_name_hold_steady
     """Two replicas in pid namespaces of their own on one host name and boot (each is pid 1
     in its namespace, and cannot see the other's process) and one that looks like another
     machine: none judges another dead by a pid it cannot see. Balanced, no shard changes
-    hands in 10 s of steady running, never one stream on two; a replica killed in its own
+    hands in 6 s of steady running, never one stream on two; a replica killed in its own
     namespace is taken over once its heartbeat stood still for lease_ttl."""
     (tmp_path / "out").mkdir()
     append(tmp_path, 1, 0)
@@ -552,7 +552,9 @@ def test_replicas_in_pid_namespaces_of_their_own_sharing_a_host_name_hold_steady
         r.metric("deltastream_lease_transitions_total", 'transition="acquired"') for r in group
     ]
     steady = time.monotonic()
-    while time.monotonic() - steady < 10:
+    # 6 s: replicas that judge each other dead by a pid they cannot see trade shards several
+    # times a second (234 takes in 40 s before the fix); the 60 s run is bench_replicas.py's.
+    while time.monotonic() - steady < 6:
         watch(group, balanced, timeout=5)
         time.sleep(0.2)
     again = [
