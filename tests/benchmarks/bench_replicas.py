@@ -54,6 +54,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from deltalake import write_deltalake
@@ -215,31 +216,10 @@ def traffic(args: argparse.Namespace) -> None:
     options = ""
     group = ""
     if args.store == "s3":
-        import logging
-
-        import boto3
-        from moto.server import ThreadedMotoServer
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
-        port = free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        endpoint = f"http://127.0.0.1:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket="bench")
-        os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+        server, _, options = start_moto()
         # The leases on S3; the streams' states stay local (where they are changes nothing
         # of the lease traffic, and 10,000 states on moto take half an hour to start).
         group = "s3://bench/_replicas"
-        options = (
-            f'{{ endpoint_url = "{endpoint}", aws_access_key_id = "testing", '
-            'aws_secret_access_key = "testing", region = "us-east-1" }'
-        )
     config = root / "c.toml"
     config.write_text(config_text(root, args.streams, str(root / "t"), 15, group, options))
     replicas = [Replica(config, root / f"r{i}.log") for i in range(2)]
@@ -335,7 +315,7 @@ def steady(args: argparse.Namespace) -> None:
     )
 
 
-def start_moto() -> tuple[object, str, str]:
+def start_moto() -> tuple[Any, str, str]:
     """moto's S3 server with a bucket ``bench``: the server, its endpoint, and storage
     options for a TOML table."""
     import logging
@@ -497,7 +477,7 @@ def handover(args: argparse.Namespace) -> None:
         r.end()
     if proxy is not None:
         proxy.stop()
-    server.stop()  # type: ignore[attr-defined]
+    server.stop()
     print(
         f"SIGTERM hand-over, {args.tables} tables, 64 shards, lease_ttl {args.lease_ttl:g} s, "
         f"states and leases on S3 (moto, PUT p50 {put_ms:.0f} ms), {args.rounds} rounds:"
