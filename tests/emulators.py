@@ -11,6 +11,7 @@ A missing emulator is an error saying how to install it: tests never skip for wa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import socket
@@ -73,18 +74,26 @@ def _process(name: str, argv: list[str], port: int) -> Iterator[None]:
 # --- Google Cloud Storage -------------------------------------------------------------------
 
 
+#: The emulator's command line, with a listen backlog of 128 instead of socketserver's 5: it
+#: serves one connection at a time, so a client with more requests in flight than that (a
+#: replica reads and takes up to 16 shard records at once) had its further connections
+#: dropped and retried by TCP a second later; real GCS accepts them all.
+_GCS_MAIN = (
+    "import socketserver, sys; socketserver.TCPServer.request_queue_size = 128; "
+    "from gcp_storage_emulator.__main__ import main; sys.exit(main())"
+)
+
+
 @contextmanager
 def gcs_emulator() -> Iterator[str]:
     """gcp-storage-emulator, in memory; yields its endpoint (``http://127.0.0.1:PORT``)."""
-    binary = shutil.which("gcp-storage-emulator") or str(
-        Path(sys.executable).parent / "gcp-storage-emulator"
-    )
-    if not Path(binary).exists():
+    if importlib.util.find_spec("gcp_storage_emulator") is None:
         raise RuntimeError(
             "gcp-storage-emulator is not installed: pip install -e '.[dev]' installs it"
         )
     port = free_port()
-    argv = [binary, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"]
+    argv = [sys.executable, "-c", _GCS_MAIN, "start"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"]
     with _process("gcp-storage-emulator", argv, port):
         yield f"http://127.0.0.1:{port}"
 
