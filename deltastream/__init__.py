@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltastream.changes.api import read_changes, table_changes
 from deltastream.errors import (
+    AccessDeniedError,
     ChangeDataError,
     ChangeDataNotEnabledError,
     ChecksumMismatchError,
@@ -155,6 +156,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AccessDeniedError",
     "AddCDCFile",
     "AddFile",
     "BatchStream",

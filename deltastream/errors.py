@@ -10,6 +10,7 @@ Whether retrying later may help is a property of the class (:attr:`DeltaStreamEr
     ├── InvalidArgumentError          a bad URI, option or version/timestamp argument
     ├── StorageError                  the object store failed (after retries)
     │   ├── ObjectNotFoundError       a key that must exist does not
+    │   ├── AccessDeniedError         a permission or valid credentials are missing (401, 403)
     │   └── PreconditionFailedError   a conditional write lost to another writer
     │       └── StateConflictError    another tailer wrote this stream's state
     ├── TableNotFoundError            the location holds no Delta table
@@ -53,6 +54,7 @@ from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 __all__ = [
+    "AccessDeniedError",
     "ChangeDataError",
     "ChangeDataNotEnabledError",
     "ChecksumMismatchError",
@@ -126,6 +128,13 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
 
     def __init__(self, uri: str) -> None:
         super().__init__(uri, "not found")
+
+
+class AccessDeniedError(StorageError):
+    """The store refused a request for want of a permission or of valid credentials (HTTP
+    401 or 403, a local file's ``EACCES``). Transient for a stream's source, which the
+    daemon keeps retrying visibly until the grant is fixed; a sink stops on it at once
+    (:func:`deltastream.daemon.sinks.failures.permanent_error`)."""
 
 
 class PreconditionFailedError(StorageError):

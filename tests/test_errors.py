@@ -9,6 +9,7 @@ from deltastream import errors as e
 TRANSIENT = [
     e.StorageError("s3://b/k", "503 SlowDown"),
     e.ObjectNotFoundError("s3://b/k"),
+    e.AccessDeniedError("s3://b/k", "GET failed after 1 attempt(s): AccessDenied"),  # a source
     e.PreconditionFailedError("s3://b/k"),
     e.SinkError("http://x", "POST failed after 3 attempts"),
     OSError(28, "No space left on device"),  # not ours: keep trying, visibly

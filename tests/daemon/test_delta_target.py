@@ -26,6 +26,7 @@ from test_delta_sink import STREAM, delivery, run_cli, run_until, the_error
 
 from deltastream.daemon.delivery import Position, StreamRef
 from deltastream.daemon.sinks import DeltaSink, parse_sink
+from deltastream.daemon.sinks.delta import delta_storage_options
 from deltastream.daemon.stream.tailer import Tailer
 from deltastream.errors import SinkRecoveryError, SinkRejectedError, SinkSchemaError
 
@@ -235,6 +236,53 @@ async def test_a_not_null_column_and_an_append_only_mirror_stop_the_stream(
         "append-only table for a change log (mode=append) only"
     )
     assert sink.retries == 0 and DeltaTable(mirror).version() == version
+
+
+@pytest.mark.anyio
+async def test_a_missing_privilege_on_an_s3_target_stops_the_stream_at_once(
+    tmp_path: Path, s3_bucket: Any
+) -> None:
+    """S3 answers 403 AccessDenied to the sink (a role without ``s3:GetObject``/``ListBucket``
+    on the target, or without ``s3:PutObject``): refused at once with the denial named, no
+    retry, nothing committed; on the command line, one line and exit 2."""
+    from faultproxy import FaultProxy
+
+    target = s3_bucket.uri("out")
+    direct = delta_storage_options(target, s3_bucket.storage_options)
+    write_deltalake(target, inserts(pa.table({"id": pa.array([1], pa.int64())}), 1).slice(0, 0),
+                    storage_options=direct)  # fmt: skip
+    version = DeltaTable(target, storage_options=direct).version()
+    for method in ("GET", "PUT"):
+        with FaultProxy(
+            s3_bucket.server.endpoint, rate=1.0, weights={"denied": 1.0}, methods=[method]
+        ) as proxy:
+            options = {**s3_bucket.storage_options, "endpoint_url": proxy.url}
+            sink = DeltaSink(target, storage_options=options, base_delay=0.0)
+            with pytest.raises(SinkRejectedError) as caught:
+                await sink.recover(StreamRef(STREAM, "state"), None, {})
+                rows = pa.table({"id": pa.array([2], pa.int64())})
+                await sink.deliver(delivery(Position(1), Position(2), inserts(rows, 1)))
+            await sink.aclose()
+            assert "AccessDenied" in str(caught.value), method
+            assert "they lack a permission the target needs" in str(caught.value), method
+            assert sink.retries == 0, method
+            assert proxy.counts()["denied"] >= 1
+    assert DeltaTable(target, storage_options=direct).version() == version
+
+    uri, state = str(tmp_path / "src"), str(tmp_path / "s")
+    create_table(uri, rows=3)
+    with FaultProxy(
+        s3_bucket.server.endpoint, rate=1.0, weights={"denied": 1.0}, methods=["PUT"]
+    ) as proxy:
+        options = {**s3_bucket.storage_options, "endpoint_url": proxy.url}
+        done = run_cli(
+            "tail", uri, "--mode", "follow", "--available-now", "--from", "0", "--state", state,
+            "--sink", f"delta:{target}", *(f"--sink-option={k}={v}" for k, v in options.items()),
+        )  # fmt: skip
+    line = the_error(done)
+    assert line.startswith(f"deltastream: error: delta:{target}: ") and "AccessDenied" in line
+    assert "retry" not in done.stderr
+    assert DeltaTable(target, storage_options=direct).version() == version
 
 
 # ------------------------------------------------------------------ the owner's doings

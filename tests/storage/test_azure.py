@@ -18,7 +18,11 @@ from emulators import AZURITE_ACCOUNT, AZURITE_KEY, azurite_connection_string
 from faultproxy import FaultProxy
 from storage_contract import Harness, StoreContract, collect
 
-from deltastream.errors import InvalidArgumentError, ObjectNotFoundError, StorageError
+from deltastream.errors import (
+    AccessDeniedError,
+    InvalidArgumentError,
+    StorageError,
+)
 from deltastream.storage import open_store
 from deltastream.storage.azure import STORAGE_OPTION_NAMES, AzureOptions, AzureStore
 from deltastream.storage.retry import RetryEvent
@@ -172,7 +176,7 @@ async def test_a_forbidden_request_is_one_line_and_not_retried(
         with pytest.raises(StorageError) as info:
             await store.get("k")
         assert store.stats.retries == 0
-    assert not isinstance(info.value, ObjectNotFoundError)
+    assert isinstance(info.value, AccessDeniedError)
     assert str(info.value) == (
         f"{store.uri_for('k')}: GET failed after 1 attempt(s): 403 AccessDenied: Access Denied"
     )
@@ -198,6 +202,7 @@ async def test_a_wrong_account_key_is_one_line(azure_container: AzureContainer) 
         with pytest.raises(StorageError) as info:
             await store.head("k")
     message = str(info.value)
+    assert isinstance(info.value, AccessDeniedError)
     assert message.startswith(f"{store.uri_for('k')}: HEAD failed after 1 attempt(s): 403")
     assert "\n" not in message and wrong not in message
 

@@ -24,8 +24,8 @@ from gcs_strict import StrictGcs
 from storage_contract import Harness, StoreContract, collect
 
 from deltastream.errors import (
+    AccessDeniedError,
     InvalidArgumentError,
-    ObjectNotFoundError,
     PreconditionFailedError,
     StorageError,
 )
@@ -181,7 +181,7 @@ async def test_forbidden_is_not_retried(gcs_server: str, faults: FaultProxy) -> 
         with pytest.raises(StorageError) as info:
             await store.get("k")
         assert store.stats.retries == 0
-    assert not isinstance(info.value, ObjectNotFoundError)
+    assert isinstance(info.value, AccessDeniedError)
     assert str(info.value).startswith(
         f"gs://{bucket}/{PREFIX}/k: GET failed after 1 attempt(s): 403 Forbidden"
     )

@@ -31,6 +31,7 @@ from faultproxy import FaultProxy
 from storage_contract import Harness, StoreContract, byte_order, collect
 
 from deltastream.errors import (
+    AccessDeniedError,
     DataFileError,
     InvalidArgumentError,
     ObjectNotFoundError,
@@ -697,7 +698,7 @@ async def test_access_denied_is_not_retried(
     store = proxied()
     with pytest.raises(StorageError) as info:
         await op(store)
-    assert not isinstance(info.value, ObjectNotFoundError)
+    assert isinstance(info.value, AccessDeniedError)
     assert info.value.uri == store.uri_for(uri_key)
     assert "failed after 1 attempt(s)" in str(info.value)
     assert REASONS["denied", method] in str(info.value)

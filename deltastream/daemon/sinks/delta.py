@@ -134,6 +134,7 @@ from deltastream.daemon.sinks.mirror import (
     mirror_changes,
 )
 from deltastream.errors import (
+    AccessDeniedError,
     InvalidArgumentError,
     ObjectNotFoundError,
     SinkError,
@@ -538,6 +539,8 @@ class DeltaSink(Sink):
                 state, _ = await load_table_state(store, version, files=files)
         except TableNotFoundError:
             return None
+        except AccessDeniedError as e:  # a grant is missing: the stream stops (exit 2)
+            raise permanent_error(self._spec, e, "reading the target's log failed") from e
         return state
 
     async def _target_txns(self) -> Mapping[str, int] | None:
@@ -782,6 +785,8 @@ class DeltaSink(Sink):
                 body = await store.get(commit_key(seen))
         except ObjectNotFoundError:
             return True
+        except AccessDeniedError as e:  # a grant is missing: the stream stops (exit 2)
+            raise permanent_error(self._spec, e, "reading the target's log failed") from e
         for line in body.splitlines():
             txn = json.loads(line).get("txn") if line.strip() else None
             if txn and txn.get("appId") == mark and txn.get("version") == self._writer:
@@ -859,6 +864,8 @@ class DeltaSink(Sink):
             )
         except SinkError:
             raise
+        except AccessDeniedError as e:  # a grant is missing: the stream stops (exit 2)
+            raise permanent_error(self._spec, e, f"{what} failed") from e
         except StorageError as e:  # the retries ran out
             raise SinkError(self._spec, f"{what} failed: {e.problem}") from e
         except Exception as e:  # what a retry cannot fix: the stream stops (exit 2)

@@ -5,7 +5,10 @@ classification every transactional sink (Delta, PostgreSQL) retries by.
 writer won a commit, the store or the server failed or went away, a serialization failure
 or deadlock) and ``None`` for any other. Anything else is permanent: a constraint the rows
 break (CHECK, NOT NULL), a table property that forbids the change (``delta.appendOnly``), a
-missing privilege, a type the target refuses, deltastream's own errors. The sinks retry only
+missing privilege (PostgreSQL's 42501; a store's 401 or 403, which deltastream's stores raise
+as :class:`~deltastream.errors.AccessDeniedError` and delta-rs reports as ``object_store``'s
+permission errors; a local ``EACCES``), a type the target refuses, deltastream's own errors.
+The sinks retry only
 transient failures (:func:`~deltastream.storage.retry.call_with_retries`, the project's
 backoff) and turn a permanent one into a :mod:`deltastream.errors` error at once
 (:func:`permanent_error`): a :class:`~deltastream.errors.SinkRejectedError`, which stops the
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psycopg
 
-from deltastream.errors import DeltaStreamError, SinkRejectedError
+from deltastream.errors import AccessDeniedError, DeltaStreamError, SinkRejectedError
 
 __all__ = ["RetryableConflict", "permanent_error", "transient_cause"]
 
@@ -39,7 +42,7 @@ class RetryableConflict(Exception):
 def transient_cause(error: BaseException) -> str | None:
     """A one-line cause for a failure worth retrying; ``None`` for a permanent one (see the
     module docstring)."""
-    if isinstance(error, DeltaStreamError):
+    if isinstance(error, DeltaStreamError) or _denied(error):
         return None
     if isinstance(error, RetryableConflict):
         return _named(error)
@@ -57,6 +60,13 @@ def transient_cause(error: BaseException) -> str | None:
 def permanent_error(description: str, error: Exception, what: str) -> DeltaStreamError:
     """The :mod:`deltastream.errors` error for a failure of ``what`` (a delivery, a claim)
     at the target ``description`` that retrying cannot fix."""
+    if isinstance(error, AccessDeniedError) or _denied(error):
+        return SinkRejectedError(
+            description,
+            f"{what}: {_one_line(error)} (the store refused the sink's credentials: they lack a "
+            "permission the target needs, to read, list, write or delete its objects; grant "
+            "it, then start the stream again)",
+        )
     if isinstance(error, DeltaStreamError):
         return error
     psycopg = sys.modules.get("psycopg")
@@ -68,6 +78,23 @@ def permanent_error(description: str, error: Exception, what: str) -> DeltaStrea
         if refused is not None:
             return refused
     return SinkRejectedError(description, f"{what}: {_one_line(error)}")
+
+
+#: A request refused for want of a permission or credentials, as delta-rs reports it:
+#: ``object_store``'s ``PermissionDenied`` and ``Unauthenticated`` errors (an object store's
+#: 403 and 401), and a local file's ``EACCES``.
+_DENIED = re.compile(
+    r"lacked the necessary privileges|lacked valid authentication credentials|"
+    r"Permission denied \(os error 13\)"
+)
+
+
+def _denied(error: BaseException) -> bool:
+    """Whether ``error`` is a store's refusal of the sink's credentials (not one of
+    deltastream's own errors: its stores raise :class:`AccessDeniedError` for those)."""
+    if isinstance(error, DeltaStreamError):
+        return False
+    return isinstance(error, PermissionError) or bool(_DENIED.search(str(error)))
 
 
 def _named(error: BaseException) -> str:

@@ -31,6 +31,7 @@ from azure.core.exceptions import (
 )
 
 from deltastream.errors import (
+    AccessDeniedError,
     InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
@@ -200,6 +201,10 @@ class AzureStore(ObjectStore):
                 raise ObjectNotFoundError(uri) from e
             if e.status_code == 412 or code == "BlobAlreadyExists":
                 raise PreconditionFailedError(uri) from e
+            if e.status_code in (401, 403):
+                raise AccessDeniedError(
+                    uri, f"{operation} failed after 1 attempt(s): {_summary(e)}"
+                ) from e
             raise StorageError(uri, f"{operation} failed after 1 attempt(s): {_summary(e)}") from e
         except ClientAuthenticationError as e:  # a credential could not get a token
             raise StorageError(uri, f"{operation} failed: no Azure credentials: {e}") from e

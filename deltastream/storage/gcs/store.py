@@ -29,6 +29,7 @@ import anyio
 import pyarrow as pa
 
 from deltastream.errors import (
+    AccessDeniedError,
     InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
@@ -219,6 +220,10 @@ class GcsStore(ObjectStore):
                 raise ObjectNotFoundError(uri) from e
             if e.status == 412:
                 raise PreconditionFailedError(uri) from e
+            if e.status in (401, 403):
+                raise AccessDeniedError(
+                    uri, f"{operation} failed after 1 attempt(s): {_status_text(e)}"
+                ) from e
             raise StorageError(
                 uri, f"{operation} failed after 1 attempt(s): {_status_text(e)}"
             ) from e

@@ -23,6 +23,7 @@ import botocore.exceptions
 import pyarrow as pa
 
 from deltastream.errors import (
+    AccessDeniedError,
     InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
@@ -263,6 +264,10 @@ class S3Store(ObjectStore):
             raise _RangeNotSatisfiableError() from e
         if code == "PreconditionFailed" or status == 412:
             raise PreconditionFailedError(uri) from e
+        if status in (401, 403):
+            raise AccessDeniedError(
+                uri, f"{what} failed after 1 attempt(s): {code or status}: {e}"
+            ) from e
 
     async def list_from(
         self, directory: str, start_after: str | None = None
