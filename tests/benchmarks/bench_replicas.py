@@ -5,7 +5,7 @@ and how many requests its leases cost per replica.
     python tests/benchmarks/bench_replicas.py traffic [--streams 10000] [--store local|s3]
     python tests/benchmarks/bench_replicas.py steady [--seconds 60]    (as root: unshare)
     python tests/benchmarks/bench_replicas.py handover [--rounds 10] [--compare REV]
-        [--tables 8] [--latency 20,50]
+        [--tables 8] [--latency 20,50] [--store s3|azure|gcs]
 
 ``takeover``: two ``deltastream serve`` replicas share a few local tables; each round kills
 the replica running them and times, through the survivor's ``/healthz``, how long until it
@@ -28,21 +28,25 @@ with the host's name), one with a host name and boot id of its own; once balance
 ``--seconds``, how many shards each took and lost, and in how many /healthz polls a stream
 was owned by two (all three must stay 0).
 
-``handover``: two replicas of ``--tables`` local tables whose states and leases are on S3
-(moto's server, with its own latency: a PUT takes 20-50 ms here, as on S3), default shards
+``handover``: two replicas of ``--tables`` local tables whose states and leases are on an
+object store (``--store``: S3 on moto's server, Azure on Azurite, GCS on
+gcp-storage-emulator, as the tests start them), default shards
 (64) and lease_ttl (15 s); each round SIGTERMs the replica that started first and times
 until the survivor runs every stream (owns it) and until every stream is past its start-up
-(``following``: delivering again), then starts a new replica and waits for the rebalance.
+(``following``: delivering again), then starts a new replica and times the join: from its
+``/healthz`` first answering until the group is balanced again and every stream is
+following (``rebalance_delay`` is 2 s).
 With ``--compare REV`` each round does the same, first with deltastream as of git revision
 REV (its ``deltastream/`` extracted to a temporary directory, run with ``PYTHONPATH``), then
 with this checkout: before and after, side by side under the same load. ``--latency 20,50``
 sends the replicas' requests through tests/faultproxy.py, each delayed 20-50 ms, as a real
-S3's round trip is (moto's own is a few ms).
+store's round trip is (the emulators' own is a few ms).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -56,6 +60,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pyarrow as pa
 from deltalake import write_deltalake
 
@@ -343,26 +348,53 @@ def start_moto() -> tuple[Any, str, str]:
     return server, endpoint, options
 
 
-def moto_put_latency(endpoint: str) -> float:
-    """The median milliseconds of a small PUT to moto's server (its own latency, as the
-    replicas see it: a new connection's handshake excluded)."""
-    import boto3
+def start_emulator(store: str, stack: contextlib.ExitStack) -> tuple[str, str, str]:
+    """A bucket (or container) ``bench`` on ``store``'s emulator, started as the tests start
+    it (stopped with ``stack``): its endpoint, storage options for a TOML table, and the URI
+    scheme and bucket of ``state_dir``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: emulators
+    if store == "s3":
+        server, endpoint, options = start_moto()
+        stack.callback(server.stop)
+        return endpoint, options, "s3://bench"
+    if store == "azure":
+        from azure.storage.blob import ContainerClient
+        from emulators import azurite, azurite_connection_string
 
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-    s3.put_object(Bucket="bench", Key="probe", Body=b"{}")
-    times = []
-    for _ in range(30):
-        start = time.perf_counter()
-        s3.put_object(Bucket="bench", Key="probe", Body=b"{}")
-        times.append((time.perf_counter() - start) * 1000)
-    s3.delete_object(Bucket="bench", Key="probe")
-    return statistics.median(times)
+        endpoint = stack.enter_context(azurite())
+        connection = azurite_connection_string(endpoint)
+        with ContainerClient.from_connection_string(connection, "bench") as client:
+            client.create_container()
+        options = f'{{ endpoint_url = "{endpoint}", azure_storage_use_emulator = "true" }}'
+        return endpoint, options, "az://bench"
+    from emulators import gcs_create_bucket, gcs_emulator
+
+    endpoint = stack.enter_context(gcs_emulator())
+    gcs_create_bucket(endpoint, "bench")
+    return endpoint, f'{{ endpoint_url = "{endpoint}" }}', "gs://bench"
+
+
+def put_latency(root: str, options: str) -> float:
+    """The median milliseconds of a small PUT to the store at ``root`` through deltastream's
+    store (its latency as the replicas see it: a new connection's handshake excluded)."""
+    import tomllib
+
+    from deltastream.storage import open_store
+
+    parsed = tomllib.loads(f"o = {options}")["o"]
+
+    async def measure() -> float:
+        async with open_store(root, parsed) as store:
+            await store.put("probe", b"{}")
+            times = []
+            for _ in range(30):
+                start = time.perf_counter()
+                await store.put("probe", b"{}")
+                times.append((time.perf_counter() - start) * 1000)
+            await store.delete("probe")
+        return statistics.median(times)
+
+    return anyio.run(measure)
 
 
 class HandoverGroup:
@@ -375,6 +407,7 @@ class HandoverGroup:
         root: Path,
         tables: int,
         options: str,
+        state_root: str,
         args: argparse.Namespace,
         code: Path | None,
     ) -> None:
@@ -386,7 +419,7 @@ class HandoverGroup:
             "rebalance_delay = 2",
             "log_summary_interval = 0",
             "[defaults]",
-            f'state_dir = "s3://bench/{label}/state"',
+            f'state_dir = "{state_root}/{label}/state"',
             f"state_storage_options = {options}",
             "poll_interval = 0.1",
             'mode = "follow"',
@@ -406,6 +439,7 @@ class HandoverGroup:
         self.owned: list[float] = []
         self.following: list[float] = []
         self.exited: list[float] = []
+        self.joined: list[float] = []
 
     def start(self) -> Replica:
         self.serial += 1
@@ -433,26 +467,39 @@ class HandoverGroup:
             file=sys.stderr,
         )
         self.replicas = [survivor, self.start()]
+        # The join: from the newcomer's /healthz first answering until the group is balanced
+        # and every stream delivers again (the rebalance_delay of 2 s included).
+        newcomer = self.replicas[1]
+        wait_for(lambda: newcomer.owned() is not None, 60)
+        joined = wait_for(
+            lambda: (
+                self.balanced() and sum(r.following() for r in self.replicas) == len(self.names)
+            ),
+            120,
+        )
+        self.joined.append(joined)
+        print(f"{self.label}: round {len(self.owned)}: joined {joined:.2f} s", file=sys.stderr)
 
 
 def handover(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     for i in range(args.tables):
         write_deltalake(root / f"t{i}", pa.table({"id": [i]}), mode="append")
-    server, endpoint, options = start_moto()
-    proxy = None
+    stack = contextlib.ExitStack()
+    endpoint, options, state_root = start_emulator(args.store, stack)
     if args.latency:
-        # Every request of the replicas delayed as a real S3's round trip is (moto's own is
-        # a few ms on one machine): tests/faultproxy.py's "delay" on all of them.
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: faultproxy
+        # Every request of the replicas delayed as a real store's round trip is (an
+        # emulator's own is a few ms on one machine): tests/faultproxy.py's "delay" on all.
         from faultproxy import FaultProxy
 
         low, high = (float(x) / 1000 for x in args.latency.split(","))
-        proxy = FaultProxy(endpoint, rate=1.0, weights={"delay": 1.0}, delay_range=(low, high))
-        proxy.start()
-        options = options.replace(endpoint, proxy.url)
-        endpoint = proxy.url
-    put_ms = moto_put_latency(endpoint)
+        host = endpoint.split("/", 3)[:3]  # Azurite's endpoint carries the account's path
+        proxy = FaultProxy(
+            "/".join(host), rate=1.0, weights={"delay": 1.0}, delay_range=(low, high)
+        )
+        stack.enter_context(proxy)
+        options = options.replace("/".join(host), proxy.url)
+    put_ms = put_latency(state_root, options)
     variants: list[tuple[str, Path | None]] = []
     if args.compare:
         code = root / "before"
@@ -467,25 +514,26 @@ def handover(args: argparse.Namespace) -> None:
         variants.append((f"before ({args.compare})", code))
     variants.append(("after" if args.compare else "this checkout", None))
     groups = [
-        HandoverGroup(f"g{n}", root, args.tables, options, args, code)
+        HandoverGroup(f"g{n}", root, args.tables, options, state_root, args, code)
         for n, (_, code) in enumerate(variants)
     ]
-    for _ in range(args.rounds):
-        for group in groups:
-            group.round()
-    for r in Replica.started:
-        r.end()
-    if proxy is not None:
-        proxy.stop()
-    server.stop()
+    with stack:
+        for _ in range(args.rounds):
+            for group in groups:
+                group.round()
+        for r in Replica.started:
+            r.end()
+    emulator = {"s3": "S3 (moto)", "azure": "Azure (Azurite)", "gcs": "GCS (the emulator)"}
     print(
         f"SIGTERM hand-over, {args.tables} tables, 64 shards, lease_ttl {args.lease_ttl:g} s, "
-        f"states and leases on S3 (moto, PUT p50 {put_ms:.0f} ms), {args.rounds} rounds:"
+        f"states and leases on {emulator[args.store]}, PUT p50 {put_ms:.0f} ms, "
+        f"{args.rounds} rounds:"
     )
     for (label, _), group in zip(variants, groups, strict=True):
         for what, values in (
             ("survivor owns every stream", group.owned),
             ("every stream following", group.following),
+            ("joined: balanced, following", group.joined),
         ):
             print(
                 f"  {label:22s} {what:28s} p50 {statistics.median(values):5.2f} s  "
@@ -519,8 +567,9 @@ def main() -> None:
     h.add_argument(
         "--latency",
         metavar="MIN_MS,MAX_MS",
-        help="delay every request to moto by MIN_MS..MAX_MS (e.g. 20,50: a real S3's round trip)",
+        help="delay every request to the store by MIN_MS..MAX_MS (e.g. 20,50: a real round trip)",
     )
+    h.add_argument("--store", choices=("s3", "azure", "gcs"), default="s3")
     args = parser.parse_args()
     commands = {"takeover": takeover, "traffic": traffic, "steady": steady, "handover": handover}
     try:
