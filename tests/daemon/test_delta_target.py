@@ -243,8 +243,9 @@ async def test_a_missing_privilege_on_an_s3_target_stops_the_stream_at_once(
     tmp_path: Path, s3_bucket: Any
 ) -> None:
     """S3 answers 403 AccessDenied to the sink (a role without ``s3:GetObject``/``ListBucket``
-    on the target, or without ``s3:PutObject``): refused at once with the denial named, no
-    retry, nothing committed; on the command line, one line and exit 2."""
+    on the target, or without ``s3:PutObject``), at the start or once a grant is withdrawn
+    while the stream runs: refused at once with the denial named, no retry, nothing
+    committed; on the command line, one line and exit 2."""
     from faultproxy import FaultProxy
 
     target = s3_bucket.uri("out")
@@ -268,6 +269,28 @@ async def test_a_missing_privilege_on_an_s3_target_stops_the_stream_at_once(
             assert sink.retries == 0, method
             assert proxy.counts()["denied"] >= 1
     assert DeltaTable(target, storage_options=direct).version() == version
+
+    # A grant withdrawn while the stream runs: the check before the next commit (a HEAD of
+    # the target's log) is refused, and the stream stops there, nothing more committed.
+    with FaultProxy(
+        s3_bucket.server.endpoint, rate=0.0, weights={"denied": 1.0}, methods=["HEAD"]
+    ) as proxy:
+        options = {**s3_bucket.storage_options, "endpoint_url": proxy.url}
+        running = s3_bucket.uri("running")
+        sink = DeltaSink(running, storage_options=options, base_delay=0.0)
+        await sink.recover(StreamRef(STREAM, "state"), None, {})
+        rows = pa.table({"id": pa.array([2], pa.int64())})
+        await sink.deliver(delivery(Position(1), Position(2), inserts(rows, 1)))
+        committed = DeltaTable(running, storage_options=direct).version()
+        proxy.rate = 1.0
+        with pytest.raises(SinkRejectedError) as caught:
+            await sink.deliver(delivery(Position(2), Position(3), inserts(rows, 2)))
+        await sink.aclose()
+    message = str(caught.value)
+    assert message.startswith(f"delta:{running}: commit of 1 rows of s (v2 to v3) failed: ")
+    assert "403" in message and "they lack a permission" in message
+    assert sink.retries == 0 and proxy.counts()["denied"] == 1
+    assert DeltaTable(running, storage_options=direct).version() == committed
 
     uri, state = str(tmp_path / "src"), str(tmp_path / "s")
     create_table(uri, rows=3)
