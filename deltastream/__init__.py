@@ -8,7 +8,6 @@ and the errors.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from deltastream.changes.api import read_changes, table_changes
 from deltastream.errors import (
     AccessDeniedError,
     ChangeDataError,
@@ -53,26 +52,10 @@ from deltastream.errors import (
     VersionNotFoundError,
     is_transient,
 )
-from deltastream.log.actions import (
-    AddCDCFile,
-    AddFile,
-    CommitInfo,
-    DeletionVectorDescriptor,
-    DomainMetadata,
-    Metadata,
-    Protocol,
-    RemoveFile,
-    Txn,
-)
-from deltastream.read.api import read_rows, table_rows
-from deltastream.read.batch_stream import BatchStream
-from deltastream.snapshot.snapshot import Snapshot
-from deltastream.snapshot.table import Table, open_table, read_snapshot
-from deltastream.snapshot.timestamps import TimestampSearch
-from deltastream.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
     from deltastream._version import __version__
+    from deltastream.changes.api import read_changes, table_changes
     from deltastream.daemon.api import tail
     from deltastream.daemon.delivery import Delivery, Position, Sink, StreamRef
     from deltastream.daemon.service.config import load_config
@@ -97,14 +80,79 @@ if TYPE_CHECKING:
         TailConfig,
         Tailer,
     )
+    from deltastream.log.actions import (
+        AddCDCFile,
+        AddFile,
+        CommitInfo,
+        DeletionVectorDescriptor,
+        DomainMetadata,
+        Metadata,
+        Protocol,
+        RemoveFile,
+        Txn,
+    )
+    from deltastream.read.api import read_rows, table_rows
+    from deltastream.read.batch_stream import BatchStream
+    from deltastream.snapshot.snapshot import Snapshot
+    from deltastream.snapshot.table import Table, open_table, read_snapshot
+    from deltastream.snapshot.timestamps import TimestampSearch
+    from deltastream.storage import ObjectStore, open_store
     from deltastream.storage.s3 import S3Options
 
-# Imported on first use (PEP 562): the daemon (pydantic models, sinks, the HTTP server) and
-# the S3 client are costly to import, and a reader that needs neither (Spark's Python
-# workers start a fresh interpreter per streaming query) should not pay for them. Nor for
-# the version: importlib.metadata searches every sys.path entry, and a Spark worker's path
-# holds Spark's core jar, whose 26,000 names took 0.1 s to scan.
+# Imported on first use (PEP 562): everything but the errors. Importing any module of the
+# package runs this one first, and a process that uses one part of it should not pay for the
+# others: Spark starts a fresh Python interpreter for every streaming query's source, whose
+# start a user waits for, and it needs neither the daemon (pydantic models, sinks, the HTTP
+# server), nor the S3 client, nor the readers' and change planners' modules it does not use
+# (issue 47). Nor the version: importlib.metadata searches every sys.path entry, and a Spark
+# worker's path holds Spark's core jar, whose 26,000 names took 0.1 s to scan.
 _LAZY = {
+    **dict.fromkeys(
+        (
+            "read_changes",
+            "table_changes",
+        ),
+        "deltastream.changes.api",
+    ),
+    **dict.fromkeys(
+        (
+            "AddCDCFile",
+            "AddFile",
+            "CommitInfo",
+            "DeletionVectorDescriptor",
+            "DomainMetadata",
+            "Metadata",
+            "Protocol",
+            "RemoveFile",
+            "Txn",
+        ),
+        "deltastream.log.actions",
+    ),
+    **dict.fromkeys(
+        (
+            "read_rows",
+            "table_rows",
+        ),
+        "deltastream.read.api",
+    ),
+    "BatchStream": "deltastream.read.batch_stream",
+    "Snapshot": "deltastream.snapshot.snapshot",
+    **dict.fromkeys(
+        (
+            "Table",
+            "open_table",
+            "read_snapshot",
+        ),
+        "deltastream.snapshot.table",
+    ),
+    "TimestampSearch": "deltastream.snapshot.timestamps",
+    **dict.fromkeys(
+        (
+            "ObjectStore",
+            "open_store",
+        ),
+        "deltastream.storage",
+    ),
     "__version__": "deltastream._version",
     "tail": "deltastream.daemon.api",
     "load_config": "deltastream.daemon.service.config",

@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltastream.read.constants import scalar_of
 from deltastream.read.partition_values import parse_partition_value
 from deltastream.read.reader import BATCH_ROWS, FileRead, ReadSchema
 from deltastream.schema.model import ColumnMappingMode, StructField, is_variant, to_arrow_type
@@ -90,8 +91,7 @@ def _equals(name: str, value: Any, arrow_type: pa.DataType) -> pc.Expression:
     field = pc.field(name)
     if value is None:
         return field.is_null()
-    scalar: Any = pa.scalar(value, type=arrow_type)
-    term: pc.Expression = field == scalar
+    term: pc.Expression = field == scalar_of(value, arrow_type)
     return term
 
 

@@ -19,11 +19,15 @@ Needs pyspark >= 4.0: the ``spark`` extra, e.g. ``pip install -e '.[spark]'`` fr
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from deltastream.spark.options import SourceOptions
-from deltastream.spark.partitions import FileGroup, FilePartition, pack, read_group
-from deltastream.spark.source import DeltaStreamDataSource, spark_schema
+from deltastream.spark.source import DeltaStreamDataSource
+
+if TYPE_CHECKING:
+    from deltastream.spark.options import SourceOptions
+    from deltastream.spark.partitions import FileGroup, FilePartition, pack, read_group
+    from deltastream.spark.source import spark_schema
 
 __all__ = [
     "DeltaStreamDataSource",
@@ -35,6 +39,31 @@ __all__ = [
     "register",
     "spark_schema",
 ]
+
+
+# Imported on first use (PEP 562): Spark imports this package in every Python process it
+# runs the source in (the class and its partitions travel pickled by reference), and each
+# process loads only what it uses (issue 47; tests/test_spark_imports.py keeps the budget).
+_LAZY = {
+    "SourceOptions": "deltastream.spark.options",
+    **dict.fromkeys(
+        ("FileGroup", "FilePartition", "pack", "read_group"), "deltastream.spark.partitions"
+    ),
+    "spark_schema": "deltastream.spark.source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def register(spark: Any) -> None:

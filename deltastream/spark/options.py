@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from deltastream.errors import InvalidArgumentError
 from deltastream.sizes import parse_size
-from deltastream.snapshot.timestamps import parse_timestamp
 from deltastream.spark.partitions import FileGroup, FilePartition, pack
 from deltastream.storage import storage_option_names
 from deltastream.storage.client_options import parse_bool
@@ -109,6 +108,10 @@ def _timestamp(name: str, value: str | None) -> int | None:
     if value is None:
         return None
     try:
+        # Imported here: the module reads logs, which a Python worker that only unpickles
+        # the options never does.
+        from deltastream.snapshot.timestamps import parse_timestamp
+
         return parse_timestamp(value)
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"option {name}: {e}") from e

@@ -29,32 +29,26 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from deltastream.errors import DataFileNotFoundError
-from deltastream.log.actions import DeletionVectorDescriptor
-from deltastream.read.batch_stream import BatchStream, to_record_batch_reader
-from deltastream.read.deletion_vectors import load_deletion_vector
-from deltastream.read.pipeline import read_file_batches
-from deltastream.read.reader import FileRead, ReadSchema
-from deltastream.schema.model import (
-    ArrayType,
-    DataType,
-    MapType,
-    StructType,
-    is_variant,
-    to_arrow_type,
-)
-from deltastream.storage import open_store
 from deltastream.storage.paths import CONFINED, ExternalPaths
 
+if TYPE_CHECKING:
+    from deltastream.errors import DataFileNotFoundError
+    from deltastream.log.actions import DeletionVectorDescriptor
+    from deltastream.read.reader import FileRead, ReadSchema
+    from deltastream.schema.model import DataType
+
+# The reading modules are imported where they are used: this module is imported wherever the
+# partitions are unpickled (the planning process too), and only the executors' workers read.
 __all__ = [
     "SPARK_VARIANT_TYPE",
     "FileGroup",
     "FilePartition",
+    "GroupReader",
     "add_partitions",
     "pack",
     "read_group",
@@ -122,6 +116,9 @@ def add_partitions(
     """One partition per ``add`` action (dicts with ``path``, ``partitionValues``, ``size``
     and ``deletionVector``, and ``baseRowId`` and ``defaultRowCommitVersion`` for a read with
     row ids), but those whose path ``exclude`` rejects."""
+    from deltastream.log.actions import DeletionVectorDescriptor
+    from deltastream.read.reader import FileRead
+
     for add in adds:
         if exclude(add["path"]):
             continue
@@ -185,6 +182,8 @@ def pack(
 def _spark_type(t: DataType) -> pa.DataType:
     """The Arrow type Spark reads ``t`` from: deltastream's, with every variant (at any
     depth) in Spark's layout."""
+    from deltastream.schema.model import ArrayType, MapType, StructType, is_variant, to_arrow_type
+
     if is_variant(t):
         return SPARK_VARIANT_TYPE
     if isinstance(t, StructType):
@@ -208,6 +207,8 @@ def _spark_type(t: DataType) -> pa.DataType:
 
 
 def _has_variant(t: DataType) -> bool:
+    from deltastream.schema.model import ArrayType, MapType, StructType, is_variant
+
     if is_variant(t):
         return True
     if isinstance(t, StructType):
@@ -236,6 +237,11 @@ def read_group(group: FileGroup) -> Iterator[pa.RecordBatch]:
     opened and decoded while the consumer takes the current one's batches)."""
     if not group.files:
         return
+    from deltastream.read.batch_stream import BatchStream, to_record_batch_reader
+    from deltastream.read.deletion_vectors import load_deletion_vector
+    from deltastream.read.pipeline import read_file_batches
+    from deltastream.storage import open_store
+
     first = group.files[0]
 
     async def open_stream() -> BatchStream:
@@ -270,3 +276,16 @@ def read_group(group: FileGroup) -> Iterator[pa.RecordBatch]:
         return first.missing_ok
 
     yield from to_record_batch_reader(open_stream)
+
+
+@dataclass(frozen=True)
+class GroupReader:
+    """What the executors get of a stream reader: the read of a group, nothing of the
+    planning (:meth:`deltastream.spark.stream.StreamReader.__reduce__`)."""
+
+    #: The options the reader was made with (the group carries all a read needs).
+    source: Any
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FileGroup)
+        return read_group(partition)

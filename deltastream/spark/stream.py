@@ -106,7 +106,13 @@ from deltastream.spark.compat import (
     SupportsTriggerAvailableNow,
 )
 from deltastream.spark.options import DEFAULT_MAX_FILES, SourceOptions
-from deltastream.spark.partitions import FileGroup, FilePartition, add_partitions, read_group
+from deltastream.spark.partitions import (
+    FileGroup,
+    FilePartition,
+    GroupReader,
+    add_partitions,
+    read_group,
+)
 from deltastream.storage import open_store
 from deltastream.storage.base import ObjectStore
 
@@ -434,13 +440,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if session is not None:
             session.close()
 
-    def __getstate__(self) -> dict[str, Any]:
-        # Spark ships the reader to executors for read(): without the driver's event loop.
-        state = self.__dict__.copy()
-        state["_session"] = None
-        state["_steps"] = None
-        state["_guard"] = None
-        return state
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Spark ships the reader to executors for read(): as the read alone, whose module
+        # imports nothing of planning (this one's imports the log, snapshot and change
+        # planners), and without the driver's event loop.
+        return GroupReader, (self.source,)
 
     # ------------------------------------------------------------------ the driver's loop
 

@@ -87,8 +87,8 @@ def parquet_files_scanned(spark, df) -> int:  # type: ignore[no-untyped-def]
 def pushdown(spark, table: Path, rows: int, files: int, repeat: int) -> None:  # type: ignore[no-untyped-def]
     import anyio
 
+    from deltastream.spark.batch import plan_partitions as _partitions
     from deltastream.spark.options import SourceOptions
-    from deltastream.spark.source import _partitions
 
     queries = {"partition filter": "part = 3", "range filter": f"id < {rows // files}"}
     report = []

@@ -29,9 +29,13 @@ table or directory:
 (default 40, one append each, ``delta.enableChangeDataFeed`` on, kept in ``--dir`` if given)
 is read whole by an ``availableNow`` query into Spark's ``noop`` sink (every row read and
 converted, nothing written), twice per round: the change feed (``readChangeFeed=true``,
-``startingVersion=0``: the added files as ``insert`` rows, with the three change columns), and
-Spark's parquet file stream source over the table's directory (the same data files;
-``_delta_log`` and the script's marker file are hidden from it by their leading underscore).
+``startingVersion=0``: the added files as ``insert`` rows, with the three change columns),
+the bare Python source (the Python Data Source API's floor: a streaming source whose
+``partitions()`` splits the same data files in two and whose ``read()`` yields
+``pyarrow.parquet.ParquetFile(f).iter_batches()``, nothing else), and Spark's parquet file
+stream source over the table's directory (the same data files; ``_delta_log`` and the
+script's marker file are hidden from it by their leading underscore), each source first,
+middle and last in turn.
 Each run gets a new checkpoint location; its time runs from making the DataFrame to the end
 of ``awaitTermination()``, so it includes the query's and the source's start and planning,
 shown apart: making the DataFrame, from there to the first batch's start, the batches
@@ -45,7 +49,9 @@ deltastream source plans in one of its own and reads in Spark's Python workers; 
 source uses none); peaks, and how far each rose during the runs above what was resident
 when they started (idle Python workers of earlier queries; the JVM's heap, which once grown
 is not returned, so its figure carries over from one source to the next). The driver's own
-peak RSS (this Python process) is printed last.
+peak RSS (this Python process) is printed last. The ratios deltastream / bare source (issue
+47's targets) are printed for the throughput, the time before the first batch and the peak
+PSS of the Python processes.
 
 Run: ``python tests/benchmarks/bench_spark_stream.py --dir /tmp/bench-spark-stream``
 (``--quick``: 200,000 rows in 10 files, 10 commits, 1 round)
@@ -79,6 +85,7 @@ SEED = 20261127
 DELTA_SOURCES = ("deltastream table", "deltastream change feed")
 PARQUET = "parquet file stream"
 CHANGE_FEED = "deltastream change feed"
+BARE = "bare Python source"
 
 
 # --------------------------------------------------------------------------------------
@@ -420,6 +427,60 @@ def backfill_run(spark: Any, make: Callable[[], Any], checkpoint: Path) -> dict[
 
 
 # --------------------------------------------------------------------------------------
+# The bare Python source: the Python Data Source API's floor
+# --------------------------------------------------------------------------------------
+
+
+def bare_source_class() -> type:
+    """A Python streaming source that does nothing but read the files it is given (option
+    ``files``: their paths, joined by ``,``): one offset for all of them, ``partitions()``
+    splits them in two, ``read()`` yields ``pyarrow.parquet.ParquetFile(f).iter_batches()``.
+    Defined in a function so that cloudpickle ships it by value to Spark's Python
+    processes (this script is no module they can import)."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+
+    class BareReader(DataSourceStreamReader):
+        def __init__(self, files: list[str]) -> None:
+            self.files = files
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"files": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            return {"files": len(self.files)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            files = self.files[start["files"] : end["files"]]
+            if not files:
+                return []
+            half = (len(files) + 1) // 2
+            return [InputPartition(files[:half]), InputPartition(files[half:])]
+
+        def read(self, partition: Any) -> Any:
+            import pyarrow.parquet as pq
+
+            for f in partition.value:
+                yield from pq.ParquetFile(f).iter_batches()
+
+    class BareSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bare_parquet"
+
+        def schema(self) -> str:
+            return self.options["schema"]
+
+        def streamReader(self, schema: Any) -> BareReader:
+            return BareReader(self.options["files"].split(","))
+
+    return BareSource
+
+
+# --------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------
 
@@ -518,12 +579,24 @@ def run_backfill(
     def parquet() -> Any:
         return spark.readStream.format("parquet").schema(schema).load(str(table))
 
-    makers = {CHANGE_FEED: change_feed, PARQUET: parquet}
+    spark.dataSource.register(bare_source_class())
+    files = ",".join(sorted(str(p) for p in table.glob("*.parquet")))
+
+    def bare() -> Any:
+        return (
+            spark.readStream.format("bare_parquet")
+            .option("files", files)
+            .option("schema", schema.simpleString()[len("struct<") : -1].replace(":", " "))
+            .load()
+        )
+
+    makers = {CHANGE_FEED: change_feed, BARE: bare, PARQUET: parquet}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in makers}
     memory: dict[str, dict[str, int]] = {name: {} for name in makers}
     counter = iter(range(1_000_000))
     for i in range(repeat + 1):  # round 0: the warm-up
-        order = list(makers) if i % 2 == 0 else list(reversed(makers))
+        # Each source first, middle and last in turn.
+        order = list(makers)[i % len(makers) :] + list(makers)[: i % len(makers)]
         for name in order:
             benchlib.log(f"backfill {'warm-up' if i == 0 else f'round {i}'}: {name} ...")
             sampler = TreeMemory().start()
@@ -543,7 +616,7 @@ def report_backfill(
     print(
         f"backfill, trigger availableNow into noop: {shape['rows']:,} rows in "
         f"{shape['files']} data files ({shape['data_bytes'] / 2**20:.1f} MiB), "
-        f"{shape['files']} appends; medians of {repeat} rounds (+1 warm-up), alternating"
+        f"{shape['files']} appends; medians of {repeat} rounds (+1 warm-up), order rotating"
     )
     counts = {name: {r["rows"] for r in rs} for name, rs in runs.items()}
     agree = all(c == {shape["rows"]} for c in counts.values())
@@ -576,6 +649,25 @@ def report_backfill(
         )
     ratio = rates[CHANGE_FEED] / rates[PARQUET]
     print(f"  ratio deltastream change feed / parquet file stream: {ratio:.2f}x")
+    bare_ratio = rates[CHANGE_FEED] / rates[BARE]
+    print(
+        f"  ratio deltastream / bare Python source: throughput {bare_ratio:.2f}x "
+        f"(target >= 0.9x: {benchlib.pass_fail(bare_ratio >= 0.9)})"
+    )
+    first = {
+        name: statistics.median(r["phases"]["to first batch"] for r in rs)
+        for name, rs in runs.items()
+    }
+    late = first[CHANGE_FEED] - first[BARE]
+    print(
+        f"  time before the first batch: deltastream {first[CHANGE_FEED]:.2f} s, bare "
+        f"{first[BARE]:.2f} s: +{late:.2f} s (target <= 0.2 s: {benchlib.pass_fail(late <= 0.2)})"
+    )
+    pss = memory[CHANGE_FEED]["python"] / max(memory[BARE]["python"], 1)
+    print(
+        f"  peak Python PSS deltastream / bare: {pss:.2f}x "
+        f"(target <= 1.25x: {benchlib.pass_fail(pss <= 1.25)})"
+    )
     print(f"  rows agree: {benchlib.pass_fail(agree)} ({counts})")
     if not agree:
         sys.exit(2)

@@ -171,7 +171,7 @@ def test_table_read_where_skips_files_and_filters_rows(spark: Any, tmp_path: Pat
     """The ``where`` option of table reads: exactly the rows ``read_rows(where=...)`` gives,
     and only the files whose partition values or statistics may match are planned (a
     filter Spark could push down, given without Spark's pushdown)."""
-    from deltastream.spark.source import _partitions
+    from deltastream.spark.batch import plan_partitions as _partitions
 
     uri = str(tmp_path / "t")
     for part in range(4):
@@ -190,7 +190,7 @@ def test_table_read_where_skips_files_and_filters_rows(spark: Any, tmp_path: Pat
 def test_where_with_a_bare_word_says_strings_are_quoted() -> None:
     """The where option is parsed as ``read --where`` is: an unquoted word that is no
     column is named, with how a string is written."""
-    from deltastream.spark.source import _partitions
+    from deltastream.spark.batch import plan_partitions as _partitions
 
     uri = str(KERNEL / "data/cdf-table")
     with pytest.raises(ds.InvalidArgumentError) as e:
