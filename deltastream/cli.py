@@ -64,7 +64,7 @@ from deltastream.errors import (
 from deltastream.log.actions import AddFile
 from deltastream.output import write_json_lines, write_parquet
 from deltastream.read.api import read_rows
-from deltastream.runtime import use_fast_allocator
+from deltastream.runtime import keep_pandas_out_of_pyarrow, use_fast_allocator
 from deltastream.snapshot.snapshot import Snapshot
 from deltastream.snapshot.table import Table
 from deltastream.storage import storage_locations
@@ -735,6 +735,7 @@ async def _stop_on_signals(stop: Callable[[], None], scope: anyio.CancelScope) -
 
 def main(argv: Sequence[str] | None = None) -> None:
     use_fast_allocator()
+    keep_pandas_out_of_pyarrow()  # the program is deltastream's alone: ~0.4 s, ~35 MiB less
     try:
         status = run(argv)
         sys.stdout.flush()  # a reader gone after the last write shows here

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import logbuilder as lb
+import pyarrow.parquet as pq
 import pytest
 from conftest import CORPORA, S3Bucket
 
@@ -216,6 +217,55 @@ def test_programs_use_jemalloc_unless_told_otherwise() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.strip() == "system"
+
+
+CDF_SIMPLE = CORPORA / "delta-kernel-rs/data/cdf-table-simple"
+
+
+def test_the_command_never_imports_pandas(tmp_path: Path) -> None:
+    """pyarrow would import pandas (~0.4 s, ~35 MiB) at the command's first conversion of
+    the log's values, only to learn that none is a pandas object."""
+    command = ["-X", "importtime", "-m", "deltastream", "changes", str(CDF_SIMPLE)]
+    done = subprocess.run(
+        [sys.executable, *command, "-o", str(tmp_path / "rows.parquet")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "deltastream.changes.api" in imported  # it did read the changes
+    assert pq.read_metadata(tmp_path / "rows.parquet").num_rows > 0
+    # (-X importtime lists pyarrow's refused attempts too, as a bare "pandas" of no time:
+    # pandas itself loads dozens of its modules)
+    assert not {m for m in imported if m.startswith("pandas.")}
+
+
+KEEP_PANDAS_OUT = """
+import sys
+import pyarrow as pa
+from deltastream.runtime import keep_pandas_out_of_pyarrow
+
+keep_pandas_out_of_pyarrow()
+keep_pandas_out_of_pyarrow()
+values = pa.array([1, None, 3]), pa.array(["a", None]), pa.scalar(2.5), pa.array([{"k": 1}])
+assert [v.null_count for v in values[:2]] == [1, 1]
+assert "pandas" not in sys.modules
+import pandas as pd  # imported later all the same: pyarrow is told, and uses it as ever
+
+assert pa.types.is_dictionary(pa.array(pd.Series(["a", "b", "a"], dtype="category")).type)
+assert pa.array(pd.Series([1.0, float("nan")])).null_count == 1  # pandas' NaN is null
+assert pa.table({"x": [1, None]}).to_pandas()["x"].isna().tolist() == [False, True]
+print("ok")
+"""
+
+
+def test_pyarrow_kept_from_pandas_still_uses_pandas_once_imported() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", KEEP_PANDAS_OUT], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
