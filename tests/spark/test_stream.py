@@ -736,9 +736,13 @@ def test_a_table_replaced_under_a_running_stream_stops_it(
         reader.latestOffset(end, ReadAllAvailable())
 
 
-def test_an_idle_poll_is_one_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@STREAMS
+def test_an_idle_poll_is_one_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, str]
+) -> None:
     """The guard costs no request of its own: an idle latestOffset is one LIST (starting a
-    version early), and a new commit read costs its GET."""
+    version early), a new commit read costs its GET, and the micro-batch's partitions cost
+    none (latestOffset planned them)."""
     from deltastream.spark import stream
 
     uri = str(tmp_path / "t")
@@ -751,7 +755,8 @@ def test_an_idle_poll_is_one_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         return opened[-1]
 
     monkeypatch.setattr(stream, "open_store", counting_open)
-    reader = StreamReader(SourceOptions.parse({"path": uri, "startingVersion": "0"}))
+    settings = {"path": uri, "startingVersion": "0", **options}
+    reader = StreamReader(SourceOptions.parse(settings))
     try:
         start = reader.initialOffset()
         end = reader.latestOffset(start, ReadAllAvailable())
@@ -765,7 +770,13 @@ def test_an_idle_poll_is_one_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         later = reader.latestOffset(end, ReadAllAvailable())
         assert later["version"] == 7
         assert (store.stats.list_requests - lists, store.stats.get_requests - gets) == (1, 1)
-        assert rows_between(reader, end, later) == [99]
+        # The micro-batch's partitions are what latestOffset planned: no request of their own.
+        lists, gets = store.stats.list_requests, store.stats.get_requests
+        parts = reader.partitions(end, later)
+        assert (store.stats.list_requests - lists, store.stats.get_requests - gets) == (0, 0)
+        assert sorted(
+            i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist()
+        ) == [99]
     finally:
         reader.stop()
 
