@@ -142,3 +142,37 @@ def test_a_streaming_querys_source_process_plans_without_pandas(tmp_path: Path) 
     runner = loaded(RUNNER, table)
     assert "deltastream.spark.stream" in runner  # it did plan
     assert under(runner, ("pandas",)) == []
+
+
+SHIP_ONLY = """
+import sys
+from pyspark import cloudpickle
+from deltastream.errors import TableNotFoundError
+from deltastream.spark import DeltaStreamDataSource
+
+options = {"path": sys.argv[1], "readChangeFeed": "true", "startingVersion": "0"}
+reader = DeltaStreamDataSource(options).streamReader(None)
+assert cloudpickle.dumps(reader)  # all Spark's planning worker does with it
+reader.stop()
+try:
+    DeltaStreamDataSource({"path": sys.argv[2]}).streamReader(None)
+except TableNotFoundError as e:
+    print(type(e).__name__)
+print(" ".join(sys.modules))
+"""
+
+
+def test_a_stream_reader_made_only_to_ship_its_read_does_not_read_the_log(
+    tmp_path: Path,
+) -> None:
+    """Spark's planning worker makes a stream reader only to ship its read to the executors:
+    it lists the log (the version the reader's plan will be of, and a missing table refused
+    there as ever) and reads none of it, so pyarrow never converts the log's values (which
+    would import pandas in that shared worker)."""
+    table = str(tmp_path / "t")
+    write_deltalake(
+        table, pa.table({"id": [1, 2]}), configuration={"delta.enableChangeDataFeed": "true"}
+    )
+    out = loaded(SHIP_ONLY, table, str(tmp_path / "none")).copy()
+    assert "TableNotFoundError" in out
+    assert under(out, ("pandas",)) == []

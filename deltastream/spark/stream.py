@@ -371,8 +371,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # The query's own process, where only this source runs: spare it the pandas that
             # pyarrow would import to convert the log's values (~0.4 s before the first batch).
             keep_pandas_out_of_pyarrow()
+        #: The version the reader's plan is of: the latest when the reader was made (a LIST).
+        #: The plan itself (:meth:`_load_plan`: the log read and replayed) comes with the
+        #: first call that plans: Spark also makes a stream reader in a planning worker only
+        #: to ship its read, which needs none of it.
+        self._loaded_plan: _Plan | None = None
         try:
-            self._plan = self._run(self._load_plan)
+            self._as_of = self._call(self._latest_version)
         except BaseException:
             self.stop()
             raise
@@ -454,7 +459,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ the driver's loop
 
+    @property
+    def _plan(self) -> _Plan:
+        if self._loaded_plan is None:
+            self._loaded_plan = self._call(self._load_plan)
+        return self._loaded_plan
+
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` on the reader's event loop, the plan loaded first (here, outside
+        the loop: the coroutines read :attr:`_plan` as loaded)."""
+        self._plan  # noqa: B018
+        return self._call(fn, *args)
+
+    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``fn(*args)`` on the reader's event loop (started on first use)."""
         if self._session is None:
             self._session = _Session(self.source)
@@ -628,7 +645,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     async def _load_plan(self) -> _Plan:
         store = self._store()
-        state, segment = await load_table_state(store)
+        state, segment = await load_table_state(store, self._as_of)
         assert state.protocol is not None and state.metadata is not None
         protocol, metadata = state.protocol, state.metadata
         row_ids = row_ids_of(store.root_uri, metadata) if self.source.row_ids else None

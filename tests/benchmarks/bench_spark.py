@@ -1,11 +1,16 @@
-"""Rows per second through the deltastream Spark batch source, against Spark's own parquet
-reader over the same data files (the ceiling), in one Spark session.
+"""Rows per second through the deltastream Spark batch source, against the bare Python
+source (the Python Data Source API's floor: tests/benchmarks/bare_source.py) and Spark's own
+parquet reader (the ceiling) over the same data files, in one Spark session.
 
 A table of ``--rows`` rows (default 5,000,000) in ``--files`` data files (default 50) is
 written once with ``deltalake`` (kept in ``--dir``). Each round reads every column of every
-row with both readers, alternating their order, into Spark's ``noop`` sink
+row with the three readers, each first, middle and last in turn, into Spark's ``noop`` sink
 (``df.write.format("noop")``: everything is read and converted, nothing written); the
-figures are medians over ``--repeat`` rounds, after one untimed warm-up of each.
+figures are medians over ``--repeat`` rounds, after one untimed warm-up of each. Before its
+full read, each round also times, per reader, making the DataFrame (the Python sources'
+``schema()``, in a Python worker) and its first row (``df.limit(1).collect()``: planning
+the partitions, then reading until a row comes), and the ratios deltastream / bare source
+are printed for the three (issue 47).
 
 With ``--pushdown``, a second table instead: ``--rows`` rows in ``--files`` files partitioned
 by ``part`` (10 values), ``id`` sorted across files (each file holds one range of ids), and
@@ -33,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bare_source
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -178,20 +184,40 @@ def main() -> None:
     def parquet_df():  # type: ignore[no-untyped-def]
         return spark.read.parquet(*paths)
 
-    readers = {"deltastream source": deltastream_df, "spark.read.parquet": parquet_df}
-    rows = deltastream_df().count()
-    assert rows == parquet_df().count() == args.rows, rows
+    spark.dataSource.register(bare_source.bare_source_class())
+    ddl = bare_source.ddl_schema(parquet_df().schema)
 
-    def timed(make) -> float:  # type: ignore[no-untyped-def]
+    def bare_df():  # type: ignore[no-untyped-def]
+        reader = spark.read.format(bare_source.NAME).option("files", ",".join(paths))
+        return reader.option("schema", ddl).load()
+
+    readers = {
+        "deltastream source": deltastream_df,
+        "bare Python source": bare_df,
+        "spark.read.parquet": parquet_df,
+    }
+    rows = deltastream_df().count()
+    assert rows == bare_df().count() == parquet_df().count() == args.rows, rows
+
+    def timed(make) -> dict[str, float]:  # type: ignore[no-untyped-def]
         started = time.perf_counter()
+        df = make()
+        made = time.perf_counter()
+        assert len(df.limit(1).collect()) == 1
+        first = time.perf_counter()
         make().write.format("noop").mode("overwrite").save()
-        return time.perf_counter() - started
+        return {
+            "DataFrame": made - started,
+            "first row": first - started,
+            "full read": time.perf_counter() - first,
+        }
 
     for make in readers.values():
         timed(make)  # warm-up: JIT, worker start-up, file cache
-    times: dict[str, list[float]] = {name: [] for name in readers}
+    times: dict[str, list[dict[str, float]]] = {name: [] for name in readers}
+    names = list(readers)
     for i in range(args.repeat):
-        order = list(readers) if i % 2 == 0 else list(reversed(readers))
+        order = names[i % len(names) :] + names[: i % len(names)]  # first, middle, last
         for name in order:
             times[name].append(timed(readers[name]))
     spark.stop()
@@ -201,11 +227,24 @@ def main() -> None:
         f"table: {rows:,} rows in {snapshot.num_files} files ({snapshot.size_bytes / 2**20:.1f} "
         f"MiB), Spark local[2], {os.cpu_count()} CPUs; medians of {args.repeat} rounds"
     )
+    medians = {
+        name: {k: statistics.median(t[k] for t in values) for k in values[0]}
+        for name, values in times.items()
+    }
     rates = {}
-    for name, values in times.items():
-        median = statistics.median(values)
-        rates[name] = rows / median
-        print(f"  {name:<20} {median:7.3f} s   {rates[name] / 1e6:6.2f} M rows/s")
+    for name, m in medians.items():
+        rates[name] = rows / m["full read"]
+        print(
+            f"  {name:<20} {m['full read']:7.3f} s   {rates[name] / 1e6:6.2f} M rows/s   "
+            f"(DataFrame {m['DataFrame']:.3f} s, first row {m['first row']:.3f} s)"
+        )
+    ds, bare = medians["deltastream source"], medians["bare Python source"]
+    print(
+        f"  deltastream / bare source: throughput "
+        f"{rates['deltastream source'] / rates['bare Python source']:.2f}x, "
+        f"DataFrame {ds['DataFrame'] - bare['DataFrame']:+.3f} s, "
+        f"first row {ds['first row'] - bare['first row']:+.3f} s"
+    )
     ratio = rates["deltastream source"] / rates["spark.read.parquet"]
     verdict = "PASS" if ratio >= 0.7 else "MISS"
     print(f"  ratio deltastream / parquet: {ratio:.2f}x (target >= 0.7x: {verdict})")

@@ -73,6 +73,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import bare_source
 import benchlib
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -427,60 +428,6 @@ def backfill_run(spark: Any, make: Callable[[], Any], checkpoint: Path) -> dict[
 
 
 # --------------------------------------------------------------------------------------
-# The bare Python source: the Python Data Source API's floor
-# --------------------------------------------------------------------------------------
-
-
-def bare_source_class() -> type:
-    """A Python streaming source that does nothing but read the files it is given (option
-    ``files``: their paths, joined by ``,``): one offset for all of them, ``partitions()``
-    splits them in two, ``read()`` yields ``pyarrow.parquet.ParquetFile(f).iter_batches()``.
-    Defined in a function so that cloudpickle ships it by value to Spark's Python
-    processes (this script is no module they can import)."""
-    from pyspark.sql.datasource import (
-        DataSource,
-        DataSourceStreamReader,
-        InputPartition,
-    )
-
-    class BareReader(DataSourceStreamReader):
-        def __init__(self, files: list[str]) -> None:
-            self.files = files
-
-        def initialOffset(self) -> dict[str, int]:
-            return {"files": 0}
-
-        def latestOffset(self) -> dict[str, int]:
-            return {"files": len(self.files)}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
-            files = self.files[start["files"] : end["files"]]
-            if not files:
-                return []
-            half = (len(files) + 1) // 2
-            return [InputPartition(files[:half]), InputPartition(files[half:])]
-
-        def read(self, partition: Any) -> Any:
-            import pyarrow.parquet as pq
-
-            for f in partition.value:
-                yield from pq.ParquetFile(f).iter_batches()
-
-    class BareSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "bare_parquet"
-
-        def schema(self) -> str:
-            return self.options["schema"]
-
-        def streamReader(self, schema: Any) -> BareReader:
-            return BareReader(self.options["files"].split(","))
-
-    return BareSource
-
-
-# --------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------
 
@@ -579,14 +526,14 @@ def run_backfill(
     def parquet() -> Any:
         return spark.readStream.format("parquet").schema(schema).load(str(table))
 
-    spark.dataSource.register(bare_source_class())
+    spark.dataSource.register(bare_source.bare_source_class())
     files = ",".join(sorted(str(p) for p in table.glob("*.parquet")))
 
     def bare() -> Any:
         return (
-            spark.readStream.format("bare_parquet")
+            spark.readStream.format(bare_source.NAME)
             .option("files", files)
-            .option("schema", schema.simpleString()[len("struct<") : -1].replace(":", " "))
+            .option("schema", bare_source.ddl_schema(schema))
             .load()
         )
 
