@@ -119,6 +119,19 @@ def _children() -> dict[int, list[int]]:
     return out
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user and system) a live process has used so far, else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def _memory_kib(pid: int) -> tuple[str, int] | None:
     """(command name, proportional set size in KiB) of a live process, else None. PSS
     splits the pages a process shares (a forked Python worker with its daemon) among the
@@ -140,7 +153,10 @@ class TreeMemory:
     processes it starts) every ``interval`` seconds while running; :meth:`stop` gives, in
     KiB, the peaks of the JVM, of the Python processes together and of both, and how far
     each rose above its first sample (what was resident when the sampling started: idle
-    Python workers of earlier queries, the JVM's heap as grown so far)."""
+    Python workers of earlier queries, the JVM's heap as grown so far); and the CPU
+    seconds the JVM and the Python processes used meanwhile (``jvm_cpu``, ``python_cpu``:
+    a process that ends between samples loses at most its last ``interval``), which,
+    unlike the times, hardly change with what else the machine runs."""
 
     KEYS = ("jvm", "python", "all")
 
@@ -149,6 +165,8 @@ class TreeMemory:
         self._stop = threading.Event()
         self._first: dict[str, int] | None = None
         self._peaks = dict.fromkeys(self.KEYS, 0)
+        #: Per process: its name and CPU seconds when first seen (0 if started since) and last.
+        self._cpu: dict[int, tuple[str, float, float]] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> TreeMemory:
@@ -175,6 +193,11 @@ class TreeMemory:
                 jvm += kib
             elif name.startswith("python"):
                 python += kib
+            cpu = _cpu_seconds(pid)
+            if cpu is not None:
+                was = self._cpu.get(pid)
+                start = was[1] if was else (cpu if self._first is None else 0.0)
+                self._cpu[pid] = (name, start, cpu)
         sample = {"jvm": jvm, "python": python, "all": jvm + python}
         if self._first is None:
             self._first = sample
@@ -188,18 +211,22 @@ class TreeMemory:
                 tree, refreshed = self._tree(), time.monotonic()
             self._sample(tree)
 
-    def stop(self) -> dict[str, int]:
+    def stop(self) -> dict[str, float]:
         self._stop.set()
         self._thread.join()
         self._sample(self._tree())
         assert self._first is not None
         rises = {f"{k}_rise": self._peaks[k] - self._first[k] for k in self.KEYS}
-        return {**self._peaks, **rises}
+        used = {"jvm_cpu": 0.0, "python_cpu": 0.0}
+        for name, start, last in self._cpu.values():
+            if name == "java" or name.startswith("python"):
+                used["jvm_cpu" if name == "java" else "python_cpu"] += last - start
+        return {**self._peaks, **rises, **used}
 
 
-def merge_peaks(into: dict[str, int], peaks: dict[str, int]) -> None:
+def merge_peaks(into: dict[str, int], peaks: dict[str, float]) -> None:
     for key, kib in peaks.items():
-        into[key] = max(into.get(key, 0), kib)
+        into[key] = max(into.get(key, 0), int(kib))
 
 
 # --------------------------------------------------------------------------------------
@@ -548,7 +575,9 @@ def run_backfill(
             benchlib.log(f"backfill {'warm-up' if i == 0 else f'round {i}'}: {name} ...")
             sampler = TreeMemory().start()
             res = backfill_run(spark, makers[name], scratch / f"backfill-ckpt-{next(counter)}")
-            merge_peaks(memory[name], sampler.stop())
+            sampled = sampler.stop()
+            res["cpu"] = {k: sampled.pop(k) for k in ("jvm_cpu", "python_cpu")}
+            merge_peaks(memory[name], sampled)
             if i > 0:
                 runs[name].append(res)
     return runs, memory
@@ -588,6 +617,11 @@ def report_backfill(
             + " (medians)"
         )
         print(f"  {'':<24} summed over batches: {report_durations(durations)}")
+        cpu = {k: statistics.median(r["cpu"][k] for r in rs) for k in ("jvm_cpu", "python_cpu")}
+        print(
+            f"  {'':<24} CPU per run (medians): JVM {cpu['jvm_cpu']:.2f} s, Python processes "
+            f"{cpu['python_cpu']:.2f} s"
+        )
         print(
             f"  {'':<24} peak PSS during its runs: JVM {benchlib.mib(peaks['jvm'])} MiB "
             f"(+{benchlib.mib(peaks['jvm_rise'])}), Python processes "
@@ -609,6 +643,15 @@ def report_backfill(
     print(
         f"  time before the first batch: deltastream {first[CHANGE_FEED]:.2f} s, bare "
         f"{first[BARE]:.2f} s: +{late:.2f} s (target <= 0.2 s: {benchlib.pass_fail(late <= 0.2)})"
+    )
+    used = {
+        name: statistics.median(r["cpu"]["jvm_cpu"] + r["cpu"]["python_cpu"] for r in rs)
+        for name, rs in runs.items()
+    }
+    print(
+        f"  CPU per run, JVM and Python processes: deltastream {used[CHANGE_FEED]:.2f} s, bare "
+        f"{used[BARE]:.2f} s: {used[CHANGE_FEED] / max(used[BARE], 1e-9):.2f}x (the times' "
+        f"ratios swing with the machine's load; this one hardly does)"
     )
     pss = memory[CHANGE_FEED]["python"] / max(memory[BARE]["python"], 1)
     print(
