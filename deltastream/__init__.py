@@ -5,9 +5,9 @@ its change data feed; follow it (:func:`tail`, :class:`Tailer`, :class:`Service`
 and the errors.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from deltastream._lazy import lazy_attributes
 from deltastream.errors import (
     AccessDeniedError,
     ChangeDataError,
@@ -190,17 +190,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once imported, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

@@ -3,7 +3,7 @@
 Its layers, bottom to top (:data:`LAYERS`; every module of the package belongs to one through
 its top-level module or subpackage, and a module the table does not name fails the test)::
 
-    errors, _version, runtime, sizes <- storage <- log <- snapshot <- schema <- read
+    errors, _version, _lazy, runtime, sizes <- storage <- log <- snapshot <- schema <- read
         <- {changes, output} <- {daemon, spark} <- demo <- {cli, deltastream} <- __main__
 
 A module imports only from its own top-level module or subpackage and from lower layers;
@@ -54,7 +54,13 @@ SPARK_REGISTRATION = ROOT / "pyspark_deltastream"
 LAYERS: list[tuple[str, ...]] = [
     # Import nothing of the package (runtime: process settings for deltastream's programs;
     # sizes: the one rule for sizes in bytes users write, for the daemon and the Spark source).
-    ("deltastream.errors", "deltastream._version", "deltastream.runtime", "deltastream.sizes"),
+    (
+        "deltastream.errors",
+        "deltastream._version",
+        "deltastream._lazy",
+        "deltastream.runtime",
+        "deltastream.sizes",
+    ),
     ("deltastream.storage",),
     ("deltastream.log",),
     ("deltastream.snapshot",),

@@ -19,9 +19,9 @@ Needs pyspark >= 4.0: the ``spark`` extra, e.g. ``pip install -e '.[spark]'`` fr
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from deltastream._lazy import lazy_attributes
 from deltastream.spark.source import DeltaStreamDataSource
 
 if TYPE_CHECKING:
@@ -53,17 +53,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once imported, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 def register(spark: Any) -> None:
