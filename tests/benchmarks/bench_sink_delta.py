@@ -20,10 +20,13 @@
    long, name string, amount double``, written by ``deltalake`` in appends of 250,000
    consecutive keys, change data feed on), its mirror made by ``deltastream tail
    --available-now`` (optionally Z-ordered by ``id`` by its owner into files of 8 MiB,
-   ``--zorder``), then the source deletes the keys below ``--memory-deletes``; the peak
-   RSS (``/usr/bin/time -v``)
-   of the ``deltastream tail --available-now`` that delivers the deletes, at the sink's own
-   delivery size and at 100,000 rows, each from the same copy of the mirror and its state.
+   ``--zorder``), then the source deletes the keys below ``--memory-deletes`` (with
+   ``--spread``: every ``N / --memory-deletes``-th key instead, so that each delivery's keys
+   span the whole key range and every file of the mirror is rewritten by every delivery:
+   the worst case for a mirror's memory); the peak RSS (``/usr/bin/time -v``) and the wall
+   time of the ``deltastream tail --available-now`` that delivers the deletes, at the sink's
+   own delivery size and at 100,000 rows, each from the same copy of the mirror and its
+   state.
 
 The sink is driven directly (``recover`` then ``deliver``), as the tailer drives it, so the
 figures are the sink's own, not the table reader's (but in 3, a whole stream's).
@@ -185,9 +188,12 @@ def tail_command(root: Path, *extra: str) -> list[str]:
     ]
 
 
-def mirror_memory(rows: int, deletes: int, zorder: bool, scratch: Path) -> dict[str, int]:
-    """Peak RSS (KiB) of the stream delivering a source's deletes of the keys below
-    ``deletes`` into its ``rows``-row mirror, by delivery size (see the module docstring)."""
+def mirror_memory(
+    rows: int, deletes: int, zorder: bool, spread: bool, scratch: Path
+) -> dict[str, tuple[int, float]]:
+    """Peak RSS (KiB) and wall seconds of the stream delivering a source's deletes of
+    ``deletes`` keys (the lowest, or with ``spread`` every ``rows // deletes``-th) into its
+    ``rows``-row mirror, by delivery size (see the module docstring)."""
     root = scratch / "memory"
     src = root / "src"
     for start in range(0, rows, 250_000):
@@ -204,7 +210,8 @@ def mirror_memory(rows: int, deletes: int, zorder: bool, scratch: Path) -> dict[
         # Files of 8 MiB (about 2 M rows of this narrow table): delta-rs's default of 100 MiB
         # would make one file of the whole mirror here.
         DeltaTable(str(root / "mirror")).optimize.z_order(["id"], target_size=8 * 1024 * 1024)
-    DeltaTable(str(src)).delete(f"id < {deletes}")
+    DeltaTable(str(src)).delete(f"id % {rows // deletes} = 0" if spread else f"id < {deletes}")
+    expected = rows - (len(range(0, rows, rows // deletes)) if spread else deletes)
     for part in ("mirror", "state"):
         shutil.copytree(root / part, scratch / f"kept-{part}")
     peaks = {}
@@ -223,10 +230,12 @@ def mirror_memory(rows: int, deletes: int, zorder: bool, scratch: Path) -> dict[
             cwd=scratch,
         )
         found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
-        assert found, done.stderr
+        wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", done.stderr)
+        assert found and wall, done.stderr
         held = DeltaTable(str(root / "mirror")).to_pyarrow_table(columns=["id"]).num_rows
-        assert held == rows - deletes, f"the mirror holds {held} rows, not {rows - deletes}"
-        peaks[label] = int(found.group(1))
+        assert held == expected, f"the mirror holds {held} rows, not {expected}"
+        seconds = sum(float(p) * 60**i for i, p in enumerate(reversed(wall.group(1).split(":"))))
+        peaks[label] = (int(found.group(1)), seconds)
     return peaks
 
 
@@ -246,16 +255,21 @@ def main() -> int:
     parser.add_argument("--memory-rows", type=int, default=0)
     parser.add_argument("--memory-deletes", type=int, default=1_000_000)
     parser.add_argument("--zorder", action="store_true")
+    parser.add_argument("--spread", action="store_true")
     args = parser.parse_args()
     if args.memory_rows:
         with tempfile.TemporaryDirectory(prefix="bench-sink-delta-") as tmp:
-            peaks = mirror_memory(args.memory_rows, args.memory_deletes, args.zorder, Path(tmp))
+            peaks = mirror_memory(
+                args.memory_rows, args.memory_deletes, args.zorder, args.spread, Path(tmp)
+            )
         print(f"command     : {command_line()}")
-        for label, kib in peaks.items():
+        which = "keys spread over the key range" if args.spread else "its lowest keys"
+        for label, (kib, seconds) in peaks.items():
             print(
                 f"memory      : mirror of {args.memory_rows:,} rows"
                 f"{', Z-ordered by id' if args.zorder else ''}, the source deleting "
-                f"{args.memory_deletes:,}, in deliveries of {label}: peak RSS {kib / 1024:,.0f} MiB"
+                f"{args.memory_deletes:,} ({which}), in deliveries of {label}: "
+                f"peak RSS {kib / 1024:,.0f} MiB in {seconds:.1f} s"
             )
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-sink-delta-") as tmp:
