@@ -8,7 +8,7 @@ keeps far more freed memory resident (measured: about 100 MiB more peak RSS and 
 time on the change-data benchmark). An explicit ``ARROW_DEFAULT_MEMORY_POOL`` always wins.
 
 :func:`keep_pandas_out_of_pyarrow` spares a process pandas, which pyarrow would import
-only to learn that no value is a pandas object.
+only to learn that no value is a pandas object (exactly: it is told of pandas once imported).
 """
 
 from __future__ import annotations
@@ -39,23 +39,29 @@ def use_fast_allocator() -> str:
     return str(pa.default_memory_pool().backend_name)
 
 
-def keep_pandas_out_of_pyarrow() -> None:
-    """For a process deltastream runs alone: pyarrow stops importing pandas to convert
-    Python values.
+def keep_pandas_out_of_pyarrow(*, alone: bool = False) -> None:
+    """pyarrow stops importing pandas to ask whether Python values are pandas objects, until
+    pandas is imported.
 
-    pyarrow's first conversion of Python values (``pa.array``, ``pa.scalar``, which parsing
-    the log does throughout) imports pandas, only to ask whether the values are pandas
-    objects and to learn pandas' null sentinels: about 0.4 s and 35 MiB of every process,
-    before its first row (the ``deltastream`` command, and each Spark query's source runner).
-    No value deltastream converts is a pandas object, so here pyarrow is given "no pandas"
-    once, for the process. pandas stays importable: pyarrow is told of it when it is imported
-    (``to_pandas`` and conversions of pandas objects then work as ever), but pyarrow's
-    conversions of Python lists no longer recognise pandas' ``NA`` and ``NaT`` in them, which
-    is why this is only for processes that run deltastream's code alone. Idempotent; nothing
-    changes where pandas is already imported, or where pyarrow is not as this expects.
+    pyarrow's conversions of Python values (``pa.array``, ``pa.scalar``, which parsing the
+    log does throughout) first ask its pandas shim whether the values are pandas objects, and
+    the shim imports pandas to answer: about 0.4 s and 35 MiB of a process, before its first
+    row (the ``deltastream`` command; each of Spark's Python processes that plans a query).
+    Until pandas is imported no value can be a pandas object, so the shim is given the
+    answer "no pandas" once, and told of pandas the moment anything imports it: from then on
+    pyarrow's pandas integration is as ever (conversions of pandas objects, ``to_pandas``).
+    The answer is exact either way, so this may run in a process shared with other code (a
+    Spark worker). Only the shim's question is answered: where pyarrow infers the type of
+    Python values (no type given, as ``pyarrow.dataset`` does when imported) its C++ side
+    still imports pandas for pandas' null sentinels, as it would. With ``alone`` (a process
+    that runs deltastream's code alone: the command) the C++ side is answered "no pandas" too,
+    for good: its conversions of Python lists then do not recognise pandas' ``NA`` and
+    ``NaT`` in them, which no value of such a process is. Idempotent; nothing changes where
+    pandas is already imported, or where pyarrow is not as this expects.
 
-    It briefly refuses ``import pandas`` while pyarrow asks: call it where no other thread
-    may be importing pandas (a program's start).
+    It refuses ``import pandas`` for the instant the shim asks: a thread importing pandas in
+    that instant would fail, so call it where none does (a program's start, a data source's
+    entry points).
     """
     global _kept_out
     if _kept_out or "pandas" in sys.modules:
@@ -67,10 +73,9 @@ def keep_pandas_out_of_pyarrow() -> None:
     refuse = _RefusePandas()
     sys.meta_path.insert(0, refuse)
     try:
-        # pyarrow asks once in Python (its pandas shim) and once in C++ (type inference's
-        # pandas sentinels), and each remembers the answer.
-        shim.have_pandas  # noqa: B018
-        pa.array([0])
+        shim.have_pandas  # noqa: B018 (the shim asks once, and remembers the answer)
+        if alone:
+            pa.array([0])  # C++ type inference asks once too, and remembers
     finally:
         sys.meta_path.remove(refuse)
     sys.meta_path.insert(0, _TellPyarrowOfPandas())

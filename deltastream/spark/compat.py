@@ -12,7 +12,6 @@ tells the reader which way it is driven (``StreamReader.latestOffset``).
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import pyspark
@@ -25,23 +24,10 @@ __all__ = [
     "ReadMaxBytes",
     "ReadMaxFiles",
     "SupportsTriggerAvailableNow",
-    "in_source_runner",
 ]
 
 #: The installed pyspark's version, for messages.
 PYSPARK_VERSION: str = pyspark.__version__
-
-#: The module Spark runs, as ``python -m``, in the process of its own it starts for each
-#: streaming query's Python source (planning only: offsets, partitions, commits).
-_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
-
-
-def in_source_runner() -> bool:
-    """Whether this is the process Spark started for one streaming query's source: it runs
-    the source's planning and nothing else (Spark's workers, which run other code too, are
-    ``pyspark.daemon``'s)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(spec, "name", None) == _SOURCE_RUNNER
 
 
 if TYPE_CHECKING:

@@ -24,6 +24,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
+from deltastream.runtime import keep_pandas_out_of_pyarrow
 from deltastream.spark.options import SourceOptions
 
 if TYPE_CHECKING:
@@ -54,20 +55,27 @@ class DeltaStreamDataSource(DataSource):
     def name(cls) -> str:
         return "deltastream"
 
+    # Each entry point Spark calls in a process of its own spares that process the pandas
+    # pyarrow would import to convert the log's values (deltastream.runtime: exact, so also
+    # where Spark's shared workers run other code).
+
     def schema(self) -> StructType:
         import anyio
 
+        keep_pandas_out_of_pyarrow()
         from deltastream.spark.batch import read_schema
         from deltastream.spark.partitions import spark_arrow_schema
 
         return spark_schema(spark_arrow_schema(anyio.run(read_schema, self.source)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        keep_pandas_out_of_pyarrow()
         return BatchReader(self.source)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from deltastream.spark.stream import StreamReader
 
+        keep_pandas_out_of_pyarrow()
         return StreamReader(self.source)
 
 
@@ -80,6 +88,7 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         import anyio
 
+        keep_pandas_out_of_pyarrow()  # the reader came pickled: reader() ran elsewhere
         from deltastream.spark.batch import plan_partitions
         from deltastream.spark.partitions import FileGroup
 

@@ -86,7 +86,6 @@ from deltastream.read.predicates import parse_predicate
 from deltastream.read.reader import FileRead, ReadSchema
 from deltastream.read.row_ids import row_ids_of
 from deltastream.read.scan import FILE_READ_FIELDS, table_read_schema
-from deltastream.runtime import keep_pandas_out_of_pyarrow
 from deltastream.schema.evolution import SchemaChangeKind, classify_schema_change
 from deltastream.schema.model import ColumnMappingMode, column_mapping_mode, table_schema
 from deltastream.snapshot.features import check_readable
@@ -105,7 +104,6 @@ from deltastream.spark.compat import (
     ReadMaxBytes,
     ReadMaxFiles,
     SupportsTriggerAvailableNow,
-    in_source_runner,
 )
 from deltastream.spark.options import DEFAULT_MAX_FILES, SourceOptions
 from deltastream.spark.partitions import (
@@ -367,10 +365,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: The metadata the stream's schema policy last passed (:meth:`_check`); ``None``:
         #: none yet, the first version planned is where the stream starts.
         self._checked: Metadata | None = None
-        if in_source_runner():
-            # The query's own process, where only this source runs: spare it the pandas that
-            # pyarrow would import to convert the log's values (~0.4 s before the first batch).
-            keep_pandas_out_of_pyarrow()
         #: The version the reader's plan is of: the latest when the reader was made (a LIST).
         #: The plan itself (:meth:`_load_plan`: the log read and replayed) comes with the
         #: first call that plans: Spark also makes a stream reader in a planning worker only
