@@ -211,11 +211,16 @@ def test_replicas_share_hand_over_on_sigterm_and_take_over_after_kill(
     watch([a], lambda owned: owned[0] == ALL)
     b = Replica(config, tmp_path / "b.log")
     replicas.append(b)
-    # Balanced after the rebalance delay: 4 shards each (of 8); never a stream on both.
-    watch(
+    watch([a, b], lambda owned: owned[1] is not None)  # b answers
+    # Balanced after the rebalance delay: 4 shards each (of 8); never a stream on both. a
+    # gives shards up at most rebalance_delay (1 s) after b's heartbeat (counted from its
+    # listing before the one that showed b) and b takes them within 0.1 s: the rest is
+    # the stops, takes and start-ups a SIGTERM's hand-over has (its 2 s bound, below).
+    joined = watch(
         [a, b],
         lambda owned: all(o for o in owned) and len(owned[0] | owned[1]) == TABLES,
     )
+    assert joined < 1 + 2.0, joined
     append(tmp_path, 2, 2)
     # SIGTERM: a's streams stop at a delivery boundary, its shards are released, and b runs
     # them within 2 s.

@@ -402,6 +402,53 @@ async def test_replicas_share_rebalance_and_hand_over(group: Callable[..., Membe
 
 
 @pytest.mark.anyio
+async def test_a_newcomer_gets_its_share_rebalance_delay_after_the_listing_before_it(
+    group: Callable[..., Member],
+) -> None:
+    """The member giving shards up counts the rebalance delay from its listing before the
+    one that first showed the newcomer (the arrival came after it) and lists again the
+    moment the delay ends; the newcomer lists every 0.1 s from a poll interval before the
+    delay ends (its own count) until two after, and at the poll interval otherwise."""
+    clock: Clock = group.clock  # type: ignore[attr-defined]
+    poll, delay = SETTINGS.poll_interval, SETTINGS.rebalance_delay
+    a = group()
+    await a.coordinator.join()
+    await steps(a, clock=clock, rounds=1)
+    listed = clock.now  # a's last listing that did not show b
+    assert len(a.host.running) == 12 and a.coordinator.poll_delay() == poll
+    clock.now += 0.4
+    b = group()
+    await b.coordinator.join()
+    await steps(b, clock=clock, rounds=1)
+    arrived = clock.now  # b's own first listing
+    assert not b.host.running and b.coordinator.poll_delay() == poll
+    clock.now = listed + poll
+    await steps(a, clock=clock, rounds=1)  # a sees b
+    due = listed + delay
+    assert a.coordinator.poll_delay() == poll
+    clock.now = due - 0.3
+    assert a.coordinator.poll_delay() == pytest.approx(0.3)  # woken as the delay ends
+    await steps(a, clock=clock, rounds=1)
+    assert len(a.host.running) == 12
+    clock.now = arrived + delay - poll - 0.01
+    assert b.coordinator.poll_delay() == poll
+    clock.now = due
+    assert b.coordinator.poll_delay() == 0.1
+    await steps(a, clock=clock, rounds=1)
+    assert len(a.host.running) == 6
+    # b lists fast until two poll intervals after the delay (its own count), then slowly.
+    clock.now = arrived + delay + 2 * poll - 0.01
+    assert b.coordinator.poll_delay() == 0.1
+    clock.now = arrived + delay + 2 * poll
+    assert b.coordinator.poll_delay() == poll
+    await steps(b, clock=clock, rounds=1)
+    assert len(b.host.running) == 6
+    # Balanced: both at the poll interval.
+    await steps(a, b, clock=clock, rounds=1)
+    assert a.coordinator.poll_delay() == b.coordinator.poll_delay() == poll
+
+
+@pytest.mark.anyio
 async def test_a_dead_member_is_replaced_after_a_ttl_and_a_thawed_one_gives_up(
     group: Callable[..., Member],
 ) -> None:

@@ -14,14 +14,22 @@ The protocol (objects: :mod:`~deltastream.daemon.replicas.records`; liveness:
   from a member before seeing its heartbeat unchanged for a whole ttl, which is later than
   that. A member that lapsed holds nothing until it has taken each shard again with a
   conditional write, which a replica that took it meanwhile makes fail.
-* **Watch**: every poll interval (at most 1 s; every 0.1 s while another member is
-  leaving), one LIST of the directory gives every heartbeat's and shard record's tag;
-  records are read again only when their tag changed, up to 16 at once. A held shard whose
-  record changed was lost: its streams are cancelled at once.
+* **Watch**: every poll interval (at most 1 s; sooner where shards are about to change
+  hands: :meth:`Coordinator.poll_delay`), one LIST of the directory gives every
+  heartbeat's and shard record's tag; records are read again only when their tag changed,
+  up to 16 at once. A held shard whose record changed was lost: its streams are cancelled
+  at once.
 * **Share**: :func:`~deltastream.daemon.replicas.assignment.plan`, acted on with
   conditional writes (up to 16 at once): a take writes the shard record over the tag read;
-  a release (the streams stopped first) writes it ``owner=""`` over the tag this member
-  wrote.
+  a release (the streams stopped first; each shard's on its own, at once) writes it
+  ``owner=""`` over the tag this member wrote.
+* **Rebalance** (a replica joins): the rebalance delay counts from the listing before the
+  one that first showed the change (the change came after it; at most a poll interval
+  back), and a member over its share lists again the moment it ends; the newcomer lists
+  every 0.1 s from a poll interval before then until two after, so it takes each release
+  at once. The newcomer runs its share within about ``rebalance_delay`` after its
+  heartbeat plus the moved streams' stop and start: within ``rebalance_delay + 2 s`` on an
+  object store, measured in ``tests/benchmarks/bench_replicas.py handover``.
 * **Leave** (SIGTERM): the heartbeat says ``leaving`` (the others share out without it, and
   list every 0.1 s from when they see it), the streams stop at their delivery boundaries,
   each shard is released as soon as its streams stopped, the heartbeat deleted: another
@@ -235,7 +243,10 @@ class Coordinator:
         self.owners: dict[int, str] = {}
         self._shard_tags: dict[int, str] = {}
         self._membership: frozenset[str] = frozenset()
+        #: When the membership last changed, as far as this member's listings tell (see
+        #: :meth:`observe`), and when the last listing that came back was sent.
         self._stable_since = clock()
+        self._listed: float | None = None
         self._warned = False
         #: Why the last renewal failed to reach the store (``None``: it did not fail).
         self._store_problem: str | None = None
@@ -476,6 +487,7 @@ class Coordinator:
 
     async def observe(self) -> None:
         """List the directory and bring :attr:`members` and :attr:`owners` up to date."""
+        sent = self.clock()
         listing = await self._list()
         received = self.clock()
         await self._read_changed(listing)
@@ -516,7 +528,16 @@ class Coordinator:
         self.members, self.owners, self._shard_tags = members, owners, tags
         membership = frozenset(self._replicas())
         if membership != self._membership:
-            self._membership, self._stable_since = membership, self.clock()
+            # The change came after the previous listing was sent (that one did not show
+            # it): the rebalance delay counts from then, so a newcomer gets its share at
+            # most rebalance_delay after it arrived, not up to a poll interval later. Never
+            # from more than a poll interval back (a listing that failed in between leaves
+            # a longer gap): the delay is shortened by at most that.
+            since = sent
+            if self._listed is not None:
+                since = max(self._listed, sent - self.settings.poll_interval)
+            self._membership, self._stable_since = membership, since
+        self._listed = sent
         # A shard whose record is not the one this member wrote changed hands.
         for shard, mine in list(self.held.items()):
             if shard in self._releasing:
@@ -726,15 +747,54 @@ class Coordinator:
             tg.cancel_scope.cancel()
 
     def poll_delay(self) -> float:
-        """Seconds until the next listing: the poll interval, or :data:`_HANDOVER_POLL`
-        while another member that is alive says it is leaving (a replica, which takes what
-        it releases; a member that dies while leaving stops counting after ``lease_ttl``)."""
-        if self.role == "replica" and any(
+        """Seconds until the next listing: the poll interval, but sooner where shards are
+        about to change hands (a replica only; :data:`_HANDOVER_POLL` at the fastest):
+
+        * every :data:`_HANDOVER_POLL` while another member that is alive says it is
+          leaving: it releases its shards within its stop, and they are taken at once (a
+          member that dies while leaving stops counting after ``lease_ttl``);
+        * holding more than its share: at the moment the rebalance delay ends, when it gives
+          the excess up, not at the next poll after;
+        * holding less than its share while another replica holds more: every
+          :data:`_HANDOVER_POLL` from a poll interval before the rebalance delay ends (the
+          others count it from their listing before the one that showed the change, up to
+          a poll interval before this member's) until two poll intervals after (their
+          streams' stops), so a released shard is taken at once. That is at most
+          ``3 * poll_interval / _HANDOVER_POLL`` listings (30 at the defaults, against 3)
+          for each change of membership, and none while the group is balanced.
+        """
+        poll = self.settings.poll_interval
+        if self.role != "replica":
+            return poll
+        fast = min(_HANDOVER_POLL, poll)
+        if any(
             view.alive and view.record.leaving and member != self.member
             for member, view in self.members.items()
         ):
-            return min(_HANDOVER_POLL, self.settings.poll_interval)
-        return self.settings.poll_interval
+            return fast
+        if self._lapsed:
+            return poll
+        now = self.clock()
+        due = self._stable_since + self.settings.rebalance_delay
+        held, share = len(self.held), self.quota()
+        if held > share and now < due:
+            return max(0.0, min(poll, due - now))
+        if held < share and due - poll <= now < due + 2 * poll and self._others_over_share():
+            return fast
+        return poll
+
+    def _others_over_share(self) -> bool:
+        """Whether another live replica holds more shards than its share (per the records
+        of the last listing): it is to give some up."""
+        replicas = self._replicas()
+        counts: dict[str, int] = {}
+        for owner in self.owners.values():
+            counts[owner] = counts.get(owner, 0) + 1
+        return any(
+            counts.get(r, 0) > quota(r, replicas, self.settings.shards)
+            for r in replicas
+            if r != self.member
+        )
 
     async def leave(self, grace: float) -> None:
         """Stop every held shard's streams (``grace`` seconds to reach a boundary), release
