@@ -27,6 +27,7 @@ from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
 from deltastream.daemon.replicas.liveness import (
     Observer,
     ProcessIdentity,
+    describe,
     process_gone,
     this_process,
 )
@@ -236,6 +237,31 @@ def test_a_process_in_a_pid_namespace_of_its_own_is_never_judged_by_its_pid() ->
     old = json.loads(theirs.to_bytes())
     del old["pid_ns"]
     assert MemberRecord.from_bytes("m", json.dumps(old).encode()).pid_ns == 0
+
+
+def test_a_member_is_described_with_its_pid_where_this_process_sees_it() -> None:
+    """On one line: role, id, host, pid, address; a pid this process cannot see (another pid
+    namespace, another machine, or a namespace not recorded) is said to be so, since a
+    containerised replica's pid 1 next to the host's name would name the host's init."""
+    here = this_process()
+    ours = MemberRecord(
+        "m", "replica", here.host, here.pid, here.boot_id, here.started, pid_ns=here.pid_ns
+    )
+    address = ", 127.0.0.1:9464"
+    assert describe(replace(ours, http="127.0.0.1:9464"), here) == (
+        f"replica m ({here.host} pid {here.pid}{address})"
+    )
+    container = replace(ours, pid=1, pid_ns=here.pid_ns + 1)
+    assert describe(container, here) == f"replica m ({here.host} pid 1 in another pid namespace)"
+    elsewhere = replace(ours, host="node-2", boot_id="other", role="run-once")
+    assert describe(elsewhere, here) == (
+        f"run-once m (node-2 pid {here.pid} in another pid namespace)"
+    )
+    older = replace(ours, pid_ns=0)
+    assert describe(older, here) == (
+        f"replica m ({here.host} pid {here.pid} in a pid namespace unknown here)"
+    )
+    assert describe(ours, replace(here, pid_ns=0)).endswith("in a pid namespace unknown here)")
 
 
 # ---------------------------------------------------------------------- coordinators
@@ -551,6 +577,44 @@ async def test_a_run_once_member_takes_free_shards_and_is_refused_a_live_ones(
     assert "stream 'users' is run by replica" in str(info.value)
     assert info.value.uri.endswith("shard-0005.json")
     assert not refused.host.running
+
+
+@pytest.mark.anyio
+async def test_a_refusal_names_a_holder_in_another_pid_namespace_as_such(
+    group: Callable[..., Member],
+) -> None:
+    """The holder's heartbeat as a replica in a container of its own writes it (pid 1, its
+    own pid namespace, this host's name): the refusal says the pid is in another pid
+    namespace, on one line."""
+    here = this_process()
+    job = group("exclusive", {5: "users"})
+    store = job.store.inner
+    holder = MemberRecord(
+        "c0ffee", "replica", here.host, 1, here.boot_id, 7, pid_ns=here.pid_ns + 1, http="h:1"
+    )
+    tag = await store.put(member_key("c0ffee"), holder.to_bytes())
+    await store.put(shard_key(5), ShardRecord("c0ffee", 1).to_bytes())
+    await job.coordinator.join()
+
+    async def renew_holder() -> None:
+        nonlocal holder, tag
+        while True:
+            await anyio.sleep(0.2)
+            holder = replace(holder, seq=holder.seq + 1)
+            tag = await store.put(member_key("c0ffee"), holder.to_bytes(), if_match=tag)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(renew_holder)
+        with pytest.raises(StreamHeldError) as info:
+            await job.coordinator._take_needed(anyio.Event())
+        tg.cancel_scope.cancel()
+    message = str(info.value)
+    assert "\n" not in message
+    assert (
+        f"stream 'users' is run by replica c0ffee ({here.host} pid 1 in another pid "
+        "namespace, h:1) of the group at "
+    ) in message, message
+    assert not job.host.running
 
 
 @pytest.mark.anyio

@@ -62,7 +62,7 @@ import anyio
 import anyio.abc
 
 from deltastream.daemon.replicas.assignment import plan, quota
-from deltastream.daemon.replicas.liveness import Observer, process_gone, this_process
+from deltastream.daemon.replicas.liveness import Observer, describe, process_gone, this_process
 from deltastream.daemon.replicas.records import (
     GROUP_KEY,
     GroupRecord,
@@ -547,10 +547,18 @@ class Coordinator:
                     "replica %s: shard %d was taken by %s; stopping its streams",
                     self.member,
                     shard,
-                    owners.get(shard) or "nobody",
+                    self._name(owners.get(shard, "")),
                     extra={"group": self.uri, "shard": shard},
                 )
                 self._drop(shard, self.clock(), lost=True)
+
+    def _name(self, member: str) -> str:
+        """A member named for a log line: described from its heartbeat where the last
+        listing showed one (host, pid, address), else its id."""
+        view = self.members.get(member)
+        if view is not None:
+            return describe(view.record, self.identity)
+        return f"member {member}" if member else "nobody"
 
     # ------------------------------------------------------------------ taking, giving up
 
@@ -579,7 +587,7 @@ class Coordinator:
         self.held[shard] = new_tag
         self._cache[shard_key(shard)] = (new_tag, record)
         self.stats.acquired += 1
-        was = f"from {owner} (gone)" if owner and owner != self.member else "(free)"
+        was = f"from {self._name(owner)} (gone)" if owner and owner != self.member else "(free)"
         log.info(
             "replica %s: took shard %d %s",
             self.member,
@@ -864,8 +872,8 @@ class Coordinator:
                         await self.leave(0)  # gives back what it took (nothing ran)
                     raise StreamHeldError(
                         self.store.uri_for(shard_key(shard)),
-                        f"stream {stream!r} is run by {view.record.describe()} of the "
-                        f"group at {self.uri}; {self.remedy}",
+                        f"stream {stream!r} is run by {self._name(owner)} of the group at "
+                        f"{self.uri}; {self.remedy}",
                     )
                 waiting = True
                 continue
