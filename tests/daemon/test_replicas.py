@@ -22,7 +22,7 @@ from conftest import OBJECT_STORES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deltastream.daemon.replicas.assignment import plan, quota
+from deltastream.daemon.replicas.assignment import plan, quota, successors
 from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
 from deltastream.daemon.replicas.liveness import (
     Observer,
@@ -170,6 +170,35 @@ def test_a_replica_gives_up_shards_only_when_allowed_and_takes_only_free_ones() 
     assert len(plan("a", replicas=three, held={0, 1, 2}, shed=True, **common).releases) == 1
 
 
+def test_shards_given_up_go_to_the_replicas_below_their_share_or_free() -> None:
+    owners = {0: "a", 1: "a", 2: "a", 3: "a", 4: "b", 5: "b"}
+    common = {"shards": 6, "owners": owners, "live": {"a", "b", "c"}}
+    # c joins a and b: a gives up 2 (of 4, share 2); c lacks 2, b none.
+    three = {"a", "b", "c"}
+    assert successors("a", [1, 3], replicas=three, eligible={"b", "c"}, **common) == {
+        1: "c",
+        3: "c",
+    }
+    # a leaves: b (share 6, holds 2) lacks 4: all four go to it.
+    left = successors("a", [0, 1, 2, 3], replicas={"b"}, eligible={"b"}, **common)
+    assert left == {0: "b", 1: "b", 2: "b", 3: "b"}
+    # Nobody eligible (silent for long, maybe gone): free, for whoever takes them first.
+    assert successors("a", [1, 3], replicas=three, eligible=set(), **common) == {1: "", 3: ""}
+    # More given up than anyone lacks: the rest free.
+    assert successors("a", [0, 1, 2], replicas={"a", "b"}, eligible={"b"}, **common) == {
+        0: "b",
+        2: "",
+        1: "",
+    }
+    # A shard free, or held by a member gone: who takes it is not known, so all go free.
+    for other in ("", "gone"):
+        owners_now = {**owners, 5: other}
+        given = successors(
+            "a", [1, 3], replicas=three, eligible={"b", "c"}, **{**common, "owners": owners_now}
+        )
+        assert given == {1: "", 3: ""}
+
+
 # ---------------------------------------------------------------------- liveness
 
 
@@ -301,6 +330,8 @@ class Flaky(ObjectStore):
         self.cut: bool | str = False
         #: Keys whose writes fail (a local writer frozen inside its write holds their lock).
         self.stuck: set[str] = set()
+        #: The keys written, in order.
+        self.puts: list[str] = []
 
     @property
     def root_uri(self) -> str:
@@ -333,6 +364,7 @@ class Flaky(ObjectStore):
         self._check()
         if key in self.stuck:
             raise StorageError(self.uri_for(key), "another writer held its lock for 2s")
+        self.puts.append(key)
         return await self.inner.put(key, data, if_match=if_match)
 
     async def delete(self, key: str) -> None:
@@ -421,10 +453,13 @@ async def test_replicas_share_rebalance_and_hand_over(group: Callable[..., Membe
     assert len(a.host.running) == 12 and not b.host.running
     await steps(a, b, clock=clock, seconds=1, rounds=6)
     assert {len(a.host.running), len(b.host.running)} == {6}
-    # a leaves cleanly: b has everything at its next step.
+    # a leaves cleanly, recording its shards as b's: b runs everything at its next step,
+    # without writing a shard record.
     await a.coordinator.leave(grace=0)
+    b.store.puts.clear()
     await steps(b, clock=clock, rounds=1)
     assert b.host.running == set(range(12)) and not a.host.running
+    assert not [key for key in b.store.puts if key.startswith("shard-")], b.store.puts
 
 
 @pytest.mark.anyio
@@ -432,8 +467,9 @@ async def test_a_newcomer_gets_its_share_rebalance_delay_after_the_listing_befor
     group: Callable[..., Member],
 ) -> None:
     """The member giving shards up counts the rebalance delay from its listing before the
-    one that first showed the newcomer (the arrival came after it) and lists again the
-    moment the delay ends; the newcomer lists every 0.1 s from a poll interval before the
+    one that first showed the newcomer (the arrival came after it), lists again the moment
+    the delay ends and records the shards as the newcomer's, which runs them at its next
+    listing without a write; the newcomer lists every 0.1 s from a poll interval before the
     delay ends (its own count) until two after, and at the poll interval otherwise."""
     clock: Clock = group.clock  # type: ignore[attr-defined]
     poll, delay = SETTINGS.poll_interval, SETTINGS.rebalance_delay
@@ -452,14 +488,19 @@ async def test_a_newcomer_gets_its_share_rebalance_delay_after_the_listing_befor
     await steps(a, clock=clock, rounds=1)  # a sees b
     due = listed + delay
     assert a.coordinator.poll_delay() == poll
+    for at in (arrived + 2, due - 2):  # both renew on time
+        clock.now = at
+        await steps(b, a, clock=clock, rounds=1)
+    clock.now = arrived + delay - poll - 0.01
+    assert b.coordinator.poll_delay() == poll
+    clock.now = arrived + delay - poll
+    assert b.coordinator.poll_delay() == 0.1
+    await steps(b, clock=clock, rounds=1)
     clock.now = due - 0.3
     assert a.coordinator.poll_delay() == pytest.approx(0.3)  # woken as the delay ends
     await steps(a, clock=clock, rounds=1)
     assert len(a.host.running) == 12
-    clock.now = arrived + delay - poll - 0.01
-    assert b.coordinator.poll_delay() == poll
     clock.now = due
-    assert b.coordinator.poll_delay() == 0.1
     await steps(a, clock=clock, rounds=1)
     assert len(a.host.running) == 6
     # b lists fast until two poll intervals after the delay (its own count), then slowly.
@@ -467,8 +508,11 @@ async def test_a_newcomer_gets_its_share_rebalance_delay_after_the_listing_befor
     assert b.coordinator.poll_delay() == 0.1
     clock.now = arrived + delay + 2 * poll
     assert b.coordinator.poll_delay() == poll
+    # The six records name b already: it runs them without writing one.
+    b.store.puts.clear()
     await steps(b, clock=clock, rounds=1)
     assert len(b.host.running) == 6
+    assert not [key for key in b.store.puts if key.startswith("shard-")], b.store.puts
     # Balanced: both at the poll interval.
     await steps(a, b, clock=clock, rounds=1)
     assert a.coordinator.poll_delay() == b.coordinator.poll_delay() == poll

@@ -9,16 +9,19 @@ the group's membership has been stable for the rebalance delay (a replica restar
 several joining one after another, moves shards once, not at each step). Of the shards it
 may take or give up, each replica prefers its own order (rendezvous hashing of its id and
 the shard): replicas racing for free shards mostly reach for different ones, and which
-shards a replica keeps does not depend on the order things happened in.
+shards a replica keeps does not depend on the order things happened in. A replica giving
+shards up names who gets each (:func:`successors`): the replicas below their share, each up
+to what it lacks, so they run them without a write of their own.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Plan", "plan", "quota"]
+__all__ = ["Plan", "plan", "quota", "successors"]
 
 
 def quota(me: str, replicas: Collection[str], shards: int) -> int:
@@ -68,3 +71,36 @@ def plan(
         keep_order = sorted(held_set, key=lambda s: _preference(me, s))
         return Plan(releases=tuple(keep_order[: len(held_set) - target]))
     return Plan()
+
+
+def successors(
+    me: str,
+    releases: Collection[int],
+    *,
+    shards: int,
+    replicas: Collection[str],
+    owners: Mapping[int, str],
+    live: Collection[str],
+    eligible: Collection[str],
+) -> dict[int, str]:
+    """Whom each of the shards ``me`` gives up goes to: the other ``replicas`` (``me``
+    among them while it stays; not while it leaves) that are ``eligible`` and below their
+    share as ``owners`` records it, in order, each up to what it lacks; ``""`` (free, for
+    whoever takes it first) for the shards none of them lacks. All free while any shard is
+    free or held by a member not ``live``: whoever takes those is not known, so what each
+    replica lacks is not either (a replica handed its lack that takes a free shard too
+    would hold one over its share, and move it again)."""
+    if any(owners.get(s, "") not in live for s in range(shards)):
+        return dict.fromkeys(releases, "")
+    held = Counter(owners.values())
+    lacking = [
+        (r, quota(r, replicas, shards) - held[r])
+        for r in sorted(replicas)
+        if r != me and r in eligible
+    ]
+    given = iter(sorted(releases))
+    out = dict.fromkeys(releases, "")
+    for replica, count in lacking:
+        for shard in [s for _, s in zip(range(count), given, strict=False)]:
+            out[shard] = replica
+    return out
