@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Plan", "plan", "quota", "successors"]
+__all__ = ["Plan", "plan", "quota", "successors", "surplus"]
 
 
 def quota(me: str, replicas: Collection[str], shards: int) -> int:
@@ -31,6 +31,13 @@ def quota(me: str, replicas: Collection[str], shards: int) -> int:
         return 0
     base, extra = divmod(shards, len(ordered))
     return base + (1 if ordered.index(me) < extra else 0)
+
+
+def surplus(replicas: Collection[str], owners: Mapping[int, str], shards: int) -> dict[str, int]:
+    """How many shards each of ``replicas`` holds over its share as ``owners`` records them
+    (negative: how many it lacks)."""
+    held = Counter(owners.values())
+    return {r: held[r] - quota(r, replicas, shards) for r in replicas}
 
 
 def _preference(me: str, shard: int) -> bytes:
@@ -92,12 +99,8 @@ def successors(
     would hold one over its share, and move it again)."""
     if any(owners.get(s, "") not in live for s in range(shards)):
         return dict.fromkeys(releases, "")
-    held = Counter(owners.values())
-    lacking = [
-        (r, quota(r, replicas, shards) - held[r])
-        for r in sorted(replicas)
-        if r != me and r in eligible
-    ]
+    over = surplus(replicas, owners, shards)
+    lacking = [(r, -over[r]) for r in sorted(replicas) if r != me and r in eligible]
     given = iter(sorted(releases))
     out = dict.fromkeys(releases, "")
     for replica, count in lacking:

@@ -66,7 +66,7 @@ from typing import Literal, Protocol, TypeVar
 import anyio
 import anyio.abc
 
-from deltastream.daemon.replicas.assignment import plan, quota, successors
+from deltastream.daemon.replicas.assignment import plan, quota, successors, surplus
 from deltastream.daemon.replicas.liveness import Observer, describe, process_gone, this_process
 from deltastream.daemon.replicas.records import (
     GROUP_KEY,
@@ -822,15 +822,8 @@ class Coordinator:
     def _others_over_share(self) -> bool:
         """Whether another live replica holds more shards than its share (per the records
         of the last listing): it is to give some up."""
-        replicas = self._replicas()
-        counts: dict[str, int] = {}
-        for owner in self.owners.values():
-            counts[owner] = counts.get(owner, 0) + 1
-        return any(
-            counts.get(r, 0) > quota(r, replicas, self.settings.shards)
-            for r in replicas
-            if r != self.member
-        )
+        over = surplus(self._replicas(), self.owners, self.settings.shards)
+        return any(count > 0 for r, count in over.items() if r != self.member)
 
     async def leave(self, grace: float) -> None:
         """Stop every held shard's streams (``grace`` seconds to reach a boundary), release
