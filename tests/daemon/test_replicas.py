@@ -168,6 +168,14 @@ def test_a_replica_gives_up_shards_only_when_allowed_and_takes_only_free_ones() 
     three = {"a", "b", "c"}
     assert plan("a", replicas=three, held={0, 1, 2}, shed=False, **common).releases == ()
     assert len(plan("a", replicas=three, held={0, 1, 2}, shed=True, **common).releases) == 1
+    # A shard recorded as its own (handed to it) comes first of those it may take, whatever
+    # its preference order says of the others.
+    for me in ("b", "c", "e", "f", "g", "h"):
+        owners = {0: "a", 1: "a", 2: "a", 7: me}
+        todo = plan(
+            me, shards=8, replicas={"a", me}, owners=owners, live={"a", me}, held=(), shed=True
+        )
+        assert len(todo.claims) == 4 and todo.claims[0] == 7, todo
 
 
 def test_shards_given_up_go_to_the_replicas_below_their_share_or_free() -> None:
@@ -190,6 +198,13 @@ def test_shards_given_up_go_to_the_replicas_below_their_share_or_free() -> None:
         2: "",
         1: "",
     }
+    # Two newcomers (c, d: a share of 2 each of 8) lacking at once: each gets its turn, so
+    # a and b giving up theirs from the same listing fill both.
+    four = {"a", "b", "c", "d"}
+    split = dict.fromkeys(range(4), "a") | dict.fromkeys(range(4, 8), "b")
+    assert successors(
+        "a", [0, 1], shards=8, replicas=four, owners=split, live=four, eligible=four
+    ) == {0: "c", 1: "d"}
     # A shard free, or held by a member gone: who takes it is not known, so all go free.
     for other in ("", "gone"):
         owners_now = {**owners, 5: other}
@@ -503,6 +518,9 @@ async def test_a_newcomer_gets_its_share_rebalance_delay_after_the_listing_befor
     clock.now = due
     await steps(a, clock=clock, rounds=1)
     assert len(a.host.running) == 6
+    with anyio.fail_after(10):  # its six release writes (in the background) landed
+        while a.coordinator.stats.released < 6:  # noqa: ASYNC110 (no event to wait on)
+            await anyio.sleep(0.01)
     # b lists fast until two poll intervals after the delay (its own count), then slowly.
     clock.now = arrived + delay + 2 * poll - 0.01
     assert b.coordinator.poll_delay() == 0.1

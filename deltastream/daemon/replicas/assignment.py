@@ -72,7 +72,8 @@ def plan(
             for s in range(shards)
             if s not in held_set and (owners.get(s, "") in ("", me) or owners[s] not in live)
         ]
-        free.sort(key=lambda s: _preference(me, s), reverse=True)
+        # Those recorded as its own first (handed to it: run without a write).
+        free.sort(key=lambda s: (owners.get(s, "") == me, _preference(me, s)), reverse=True)
         return Plan(claims=tuple(free[: target - len(held_set)]))
     if len(held_set) > target and shed:
         keep_order = sorted(held_set, key=lambda s: _preference(me, s))
@@ -92,7 +93,7 @@ def successors(
 ) -> dict[int, str]:
     """Whom each of the shards ``me`` gives up goes to: the other ``replicas`` (``me``
     among them while it stays; not while it leaves) that are ``eligible`` and below their
-    share as ``owners`` records it, in order, each up to what it lacks; ``""`` (free, for
+    share as ``owners`` records it, in turn, each up to what it lacks; ``""`` (free, for
     whoever takes it first) for the shards none of them lacks. All free while any shard is
     free or held by a member not ``live``: whoever takes those is not known, so what each
     replica lacks is not either (a replica handed its lack that takes a free shard too
@@ -100,10 +101,16 @@ def successors(
     if any(owners.get(s, "") not in live for s in range(shards)):
         return dict.fromkeys(releases, "")
     over = surplus(replicas, owners, shards)
-    lacking = [(r, -over[r]) for r in sorted(replicas) if r != me and r in eligible]
-    given = iter(sorted(releases))
+    lacking = {r: -over[r] for r in sorted(replicas) if r != me and r in eligible}
     out = dict.fromkeys(releases, "")
-    for replica, count in lacking:
-        for shard in [s for _, s in zip(range(count), given, strict=False)]:
-            out[shard] = replica
+    # One at a time to each replica that still lacks some, in turn: members that give
+    # shards up at once, from the same listing, fill two newcomers evenly, not the first
+    # twice over (which would give the excess up again).
+    for turn, shard in enumerate(sorted(releases)):
+        waiting = [r for r, count in lacking.items() if count > 0]
+        if not waiting:
+            break
+        heir = waiting[turn % len(waiting)]
+        out[shard] = heir
+        lacking[heir] -= 1
     return out
