@@ -6,6 +6,7 @@ and how many requests its leases cost per replica.
     python tests/benchmarks/bench_replicas.py steady [--seconds 60]    (as root: unshare)
     python tests/benchmarks/bench_replicas.py handover [--rounds 10] [--compare REV]
         [--tables 8] [--latency 20,50] [--store s3|azure|gcs]
+    python tests/benchmarks/bench_replicas.py requests [--store s3|azure|gcs]
 
 ``takeover``: two ``deltastream serve`` replicas share a few local tables; each round kills
 the replica running them and times, through the survivor's ``/healthz``, how long until it
@@ -28,14 +29,20 @@ with the host's name), one with a host name and boot id of its own; once balance
 ``--seconds``, how many shards each took and lost, and in how many /healthz polls a stream
 was owned by two (all three must stay 0).
 
+``requests``: what one request costs on ``--store``'s emulator through the same latency
+proxy as ``handover`` (20-50 ms): the median of a PUT, a tagged read (the bytes and their
+version tag: what a replica reads of each changed lease record), a GET and a LIST, and of
+16 tagged reads and 16 PUTs at once (a replica's batch).
+
 ``handover``: two replicas of ``--tables`` local tables whose states and leases are on an
 object store (``--store``: S3 on moto's server, Azure on Azurite, GCS on
 gcp-storage-emulator, as the tests start them), default shards
 (64) and lease_ttl (15 s); each round SIGTERMs the replica that started first and times
 until the survivor runs every stream (owns it) and until every stream is past its start-up
 (``following``: delivering again), then starts a new replica and times the join: from its
-``/healthz`` first answering until the group is balanced again and every stream is
-following (``rebalance_delay`` is 2 s).
+``/healthz`` first answering until the group is balanced again (each replica holds its
+share of the shards, by ``/metrics``) and every stream is following (``rebalance_delay``
+is 2 s).
 With ``--compare REV`` each round does the same, first with deltastream as of git revision
 REV (its ``deltastream/`` extracted to a temporary directory, run with ``PYTHONPATH``), then
 with this checkout: before and after, side by side under the same load. ``--latency 20,50``
@@ -125,6 +132,27 @@ class Replica:
                 if line.startswith(name + "{") and label in line:
                     return float(line.rsplit(" ", 1)[1])
         raise SystemExit(f"no {name} in /metrics")
+
+    def shares(self) -> tuple[float, float] | None:
+        """The shards this replica holds and its share of them (``None`` while it has not
+        joined, or does not answer)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
+                lines = r.read().decode().splitlines()
+        except OSError:
+            return None
+        values = {
+            line.split("{", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in lines
+            if line.startswith("deltastream_replica_shards_")
+        }
+        try:
+            return (
+                values["deltastream_replica_shards_owned"],
+                values["deltastream_replica_shards_quota"],
+            )
+        except KeyError:
+            return None
 
     def end(self) -> None:
         if self.process.poll() is None:
@@ -446,8 +474,14 @@ class HandoverGroup:
         return Replica(self.config, self.root / f"r{self.serial}.log", code=self.code)
 
     def balanced(self) -> bool:
-        owned = [r.owned() or set() for r in self.replicas]
-        return set().union(*owned) == self.names and all(owned)
+        """Every stream owned and every replica holding its share of the shards (with 8
+        streams in 64 shards, a replica's share may hold none of them)."""
+        owned = [r.owned() for r in self.replicas]
+        if set().union(*(o or set() for o in owned)) != self.names or None in owned:
+            return False
+        shares = [r.shares() for r in self.replicas]
+        # (A share of 0: the replica has not listed the group yet.)
+        return all(share is not None and share[0] == share[1] > 0 for share in shares)
 
     def round(self) -> None:
         wait_for(self.balanced, 120)
@@ -541,6 +575,58 @@ def handover(args: argparse.Namespace) -> None:
             )
 
 
+def requests(args: argparse.Namespace) -> None:
+    import tomllib
+
+    from deltastream.storage import open_store
+
+    with contextlib.ExitStack() as stack:
+        endpoint, options, root = start_emulator(args.store, stack)
+        from faultproxy import FaultProxy  # (tests/, on the path since start_emulator)
+
+        host = "/".join(endpoint.split("/", 3)[:3])  # Azurite's carries the account's path
+        proxy = FaultProxy(host, rate=1.0, weights={"delay": 1.0}, delay_range=(0.02, 0.05))
+        stack.enter_context(proxy)
+        parsed = tomllib.loads(f"o = {options.replace(host, proxy.url)}")["o"]
+
+        async def measure() -> dict[str, float]:
+            async with open_store(f"{root}/requests", parsed) as store:
+                for i in range(16):
+                    await store.put(f"k{i}", b'{"owner": ""}')
+
+                async def at_once(call: Any) -> None:
+                    async with anyio.create_task_group() as tg:
+                        for i in range(16):
+                            tg.start_soon(call, f"k{i}")
+
+                async def listing() -> None:
+                    _ = [meta async for meta in store.list_from("")]
+
+                calls = {
+                    "PUT": lambda: store.put("k0", b"{}"),
+                    "tagged read": lambda: store.get_tagged("k0"),
+                    "GET": lambda: store.get("k0"),
+                    "LIST": listing,
+                    "16 tagged reads at once": lambda: at_once(store.get_tagged),
+                    "16 PUTs at once": lambda: at_once(lambda k: store.put(k, b"{}")),
+                }
+                medians = {}
+                for name, call in calls.items():
+                    times = []
+                    for _ in range(15):
+                        start = time.perf_counter()
+                        await call()
+                        times.append((time.perf_counter() - start) * 1000)
+                    medians[name] = statistics.median(times)
+                return medians
+
+        medians = anyio.run(measure)
+    print(
+        f"{args.store}, each request delayed 20-50 ms, medians of 15: "
+        + ", ".join(f"{name} {ms:.0f} ms" for name, ms in medians.items())
+    )
+
+
 def _end_children() -> None:
     """Kill the replicas a run started, however it ends (an error, Ctrl-C)."""
     for replica in Replica.started:
@@ -570,8 +656,16 @@ def main() -> None:
         help="delay every request to the store by MIN_MS..MAX_MS (e.g. 20,50: a real round trip)",
     )
     h.add_argument("--store", choices=("s3", "azure", "gcs"), default="s3")
+    q = sub.add_parser("requests")
+    q.add_argument("--store", choices=("s3", "azure", "gcs"), default="gcs")
     args = parser.parse_args()
-    commands = {"takeover": takeover, "traffic": traffic, "steady": steady, "handover": handover}
+    commands = {
+        "takeover": takeover,
+        "traffic": traffic,
+        "steady": steady,
+        "handover": handover,
+        "requests": requests,
+    }
     try:
         commands[args.what](args)
     finally:

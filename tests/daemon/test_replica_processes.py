@@ -91,6 +91,7 @@ class Replica:
     def __init__(self, config: Path, log: Path, *extra: str, prefix: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.log = log
+        self.wrapped = bool(prefix)
         self.process = subprocess.Popen(
             [
                 *prefix,
@@ -144,8 +145,14 @@ class Replica:
         raise AssertionError(f"no {name} {label} in /metrics")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Signal the daemon (a wrapper's child where the wrapper forked it: ``unshare
+        --fork`` passes no signal on, and exits with its child's status) and wait for it."""
         if self.process.poll() is None:
-            self.process.send_signal(sig)
+            pid = self.process.pid
+            if self.wrapped:
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                pid = int(children[0]) if children else pid
+            os.kill(pid, sig)
         self.process.wait(timeout=30)
 
 
@@ -211,11 +218,16 @@ def test_replicas_share_hand_over_on_sigterm_and_take_over_after_kill(
     watch([a], lambda owned: owned[0] == ALL)
     b = Replica(config, tmp_path / "b.log")
     replicas.append(b)
-    # Balanced after the rebalance delay: 4 shards each (of 8); never a stream on both.
-    watch(
+    watch([a, b], lambda owned: owned[1] is not None)  # b answers
+    # Balanced after the rebalance delay: 4 shards each (of 8); never a stream on both. a
+    # gives shards up at most rebalance_delay (1 s) after b's heartbeat (counted from its
+    # listing before the one that showed b) and b takes them within 0.1 s: the rest is
+    # the stops, takes and start-ups a SIGTERM's hand-over has (its 2 s bound, below).
+    joined = watch(
         [a, b],
         lambda owned: all(o for o in owned) and len(owned[0] | owned[1]) == TABLES,
     )
+    assert joined < 1 + 2.0, joined
     append(tmp_path, 2, 2)
     # SIGTERM: a's streams stop at a delivery boundary, its shards are released, and b runs
     # them within 2 s.
@@ -584,13 +596,14 @@ def test_no_reset_or_run_once_goes_around_the_group(
     tmp_path: Path, replicas: list[Replica]
 ) -> None:
     """While a replica runs stream t0 into a Delta target, ``tail --available-now --reset``
-    and ``reset`` of it are refused in one line naming the holder (host, pid, address),
-    touching nothing; with the group stopped, ``reset`` runs (under the stream's lease), and
-    the group's record beside the state survives it."""
+    and ``reset`` of it are refused in one line naming the holder (host, pid, address; the
+    replica runs in a pid namespace of its own, as in a container, so its pid 1 is said to
+    be in another pid namespace), touching nothing; with the group stopped, ``reset`` runs
+    (under the stream's lease), and the group's record beside the state survives it."""
     (tmp_path / "out").mkdir()
     append(tmp_path, 2, 0, tables=1)
     config = write_config(tmp_path, tables=1, sink="delta")
-    replica = Replica(config, tmp_path / "replica.log")
+    replica = Replica(config, tmp_path / "replica.log", prefix=own_pid_namespace())
     replicas.append(replica)
     wait_delivered(tmp_path, [0, 1], tables=1)
     state = tmp_path / "state" / "t0"
@@ -608,7 +621,10 @@ def test_no_reset_or_run_once_goes_around_the_group(
         (line,) = [line for line in stderr.splitlines() if "error:" in line]
         assert line.startswith("deltastream: error: "), line
         assert "stream 't0' is run by replica" in line, line
-        assert f"{socket.gethostname()} pid " in line and f"127.0.0.1:{replica.port}" in line
+        holder = (
+            f"({socket.gethostname()} pid 1 in another pid namespace, 127.0.0.1:{replica.port})"
+        )
+        assert holder in line, line
     assert "--force" in line  # the reset's refusal says how to reset anyway
     assert (state / "position.json").exists()
     assert delivered(tmp_path, tables=1) == {"t0": [0, 1]}

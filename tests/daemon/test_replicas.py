@@ -22,11 +22,12 @@ from conftest import OBJECT_STORES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deltastream.daemon.replicas.assignment import plan, quota
+from deltastream.daemon.replicas.assignment import plan, quota, successors
 from deltastream.daemon.replicas.coordinator import Coordinator, GroupSettings
 from deltastream.daemon.replicas.liveness import (
     Observer,
     ProcessIdentity,
+    describe,
     process_gone,
     this_process,
 )
@@ -167,6 +168,50 @@ def test_a_replica_gives_up_shards_only_when_allowed_and_takes_only_free_ones() 
     three = {"a", "b", "c"}
     assert plan("a", replicas=three, held={0, 1, 2}, shed=False, **common).releases == ()
     assert len(plan("a", replicas=three, held={0, 1, 2}, shed=True, **common).releases) == 1
+    # A shard recorded as its own (handed to it) comes first of those it may take, whatever
+    # its preference order says of the others.
+    for me in ("b", "c", "e", "f", "g", "h"):
+        owners = {0: "a", 1: "a", 2: "a", 7: me}
+        todo = plan(
+            me, shards=8, replicas={"a", me}, owners=owners, live={"a", me}, held=(), shed=True
+        )
+        assert len(todo.claims) == 4 and todo.claims[0] == 7, todo
+
+
+def test_shards_given_up_go_to_the_replicas_below_their_share_or_free() -> None:
+    owners = {0: "a", 1: "a", 2: "a", 3: "a", 4: "b", 5: "b"}
+    common = {"shards": 6, "owners": owners, "live": {"a", "b", "c"}}
+    # c joins a and b: a gives up 2 (of 4, share 2); c lacks 2, b none.
+    three = {"a", "b", "c"}
+    assert successors("a", [1, 3], replicas=three, eligible={"b", "c"}, **common) == {
+        1: "c",
+        3: "c",
+    }
+    # a leaves: b (share 6, holds 2) lacks 4: all four go to it.
+    left = successors("a", [0, 1, 2, 3], replicas={"b"}, eligible={"b"}, **common)
+    assert left == {0: "b", 1: "b", 2: "b", 3: "b"}
+    # Nobody eligible (silent for long, maybe gone): free, for whoever takes them first.
+    assert successors("a", [1, 3], replicas=three, eligible=set(), **common) == {1: "", 3: ""}
+    # More given up than anyone lacks: the rest free.
+    assert successors("a", [0, 1, 2], replicas={"a", "b"}, eligible={"b"}, **common) == {
+        0: "b",
+        2: "",
+        1: "",
+    }
+    # Two newcomers (c, d: a share of 2 each of 8) lacking at once: each gets its turn, so
+    # a and b giving up theirs from the same listing fill both.
+    four = {"a", "b", "c", "d"}
+    split = dict.fromkeys(range(4), "a") | dict.fromkeys(range(4, 8), "b")
+    assert successors(
+        "a", [0, 1], shards=8, replicas=four, owners=split, live=four, eligible=four
+    ) == {0: "c", 1: "d"}
+    # A shard free, or held by a member gone: who takes it is not known, so all go free.
+    for other in ("", "gone"):
+        owners_now = {**owners, 5: other}
+        given = successors(
+            "a", [1, 3], replicas=three, eligible={"b", "c"}, **{**common, "owners": owners_now}
+        )
+        assert given == {1: "", 3: ""}
 
 
 # ---------------------------------------------------------------------- liveness
@@ -238,6 +283,31 @@ def test_a_process_in_a_pid_namespace_of_its_own_is_never_judged_by_its_pid() ->
     assert MemberRecord.from_bytes("m", json.dumps(old).encode()).pid_ns == 0
 
 
+def test_a_member_is_described_with_its_pid_where_this_process_sees_it() -> None:
+    """On one line: role, id, host, pid, address; a pid this process cannot see (another pid
+    namespace, another machine, or a namespace not recorded) is said to be so, since a
+    containerised replica's pid 1 next to the host's name would name the host's init."""
+    here = this_process()
+    ours = MemberRecord(
+        "m", "replica", here.host, here.pid, here.boot_id, here.started, pid_ns=here.pid_ns
+    )
+    address = ", 127.0.0.1:9464"
+    assert describe(replace(ours, http="127.0.0.1:9464"), here) == (
+        f"replica m ({here.host} pid {here.pid}{address})"
+    )
+    container = replace(ours, pid=1, pid_ns=here.pid_ns + 1)
+    assert describe(container, here) == f"replica m ({here.host} pid 1 in another pid namespace)"
+    elsewhere = replace(ours, host="node-2", boot_id="other", role="run-once")
+    assert describe(elsewhere, here) == (
+        f"run-once m (node-2 pid {here.pid} in another pid namespace)"
+    )
+    older = replace(ours, pid_ns=0)
+    assert describe(older, here) == (
+        f"replica m ({here.host} pid {here.pid} in a pid namespace unknown here)"
+    )
+    assert describe(ours, replace(here, pid_ns=0)).endswith("in a pid namespace unknown here)")
+
+
 # ---------------------------------------------------------------------- coordinators
 
 
@@ -275,6 +345,8 @@ class Flaky(ObjectStore):
         self.cut: bool | str = False
         #: Keys whose writes fail (a local writer frozen inside its write holds their lock).
         self.stuck: set[str] = set()
+        #: The keys written, in order.
+        self.puts: list[str] = []
 
     @property
     def root_uri(self) -> str:
@@ -307,6 +379,7 @@ class Flaky(ObjectStore):
         self._check()
         if key in self.stuck:
             raise StorageError(self.uri_for(key), "another writer held its lock for 2s")
+        self.puts.append(key)
         return await self.inner.put(key, data, if_match=if_match)
 
     async def delete(self, key: str) -> None:
@@ -395,10 +468,72 @@ async def test_replicas_share_rebalance_and_hand_over(group: Callable[..., Membe
     assert len(a.host.running) == 12 and not b.host.running
     await steps(a, b, clock=clock, seconds=1, rounds=6)
     assert {len(a.host.running), len(b.host.running)} == {6}
-    # a leaves cleanly: b has everything at its next step.
+    # a leaves cleanly, recording its shards as b's: b runs everything at its next step,
+    # without writing a shard record.
     await a.coordinator.leave(grace=0)
+    b.store.puts.clear()
     await steps(b, clock=clock, rounds=1)
     assert b.host.running == set(range(12)) and not a.host.running
+    assert not [key for key in b.store.puts if key.startswith("shard-")], b.store.puts
+
+
+@pytest.mark.anyio
+async def test_a_newcomer_gets_its_share_rebalance_delay_after_the_listing_before_it(
+    group: Callable[..., Member],
+) -> None:
+    """The member giving shards up counts the rebalance delay from its listing before the
+    one that first showed the newcomer (the arrival came after it), lists again the moment
+    the delay ends and records the shards as the newcomer's, which runs them at its next
+    listing without a write; the newcomer lists every 0.1 s from a poll interval before the
+    delay ends (its own count) until two after, and at the poll interval otherwise."""
+    clock: Clock = group.clock  # type: ignore[attr-defined]
+    poll, delay = SETTINGS.poll_interval, SETTINGS.rebalance_delay
+    a = group()
+    await a.coordinator.join()
+    await steps(a, clock=clock, rounds=1)
+    listed = clock.now  # a's last listing that did not show b
+    assert len(a.host.running) == 12 and a.coordinator.poll_delay() == poll
+    clock.now += 0.4
+    b = group()
+    await b.coordinator.join()
+    await steps(b, clock=clock, rounds=1)
+    arrived = clock.now  # b's own first listing
+    assert not b.host.running and b.coordinator.poll_delay() == poll
+    clock.now = listed + poll
+    await steps(a, clock=clock, rounds=1)  # a sees b
+    due = listed + delay
+    assert a.coordinator.poll_delay() == poll
+    for at in (arrived + 2, due - 2):  # both renew on time
+        clock.now = at
+        await steps(b, a, clock=clock, rounds=1)
+    clock.now = arrived + delay - poll - 0.01
+    assert b.coordinator.poll_delay() == poll
+    clock.now = arrived + delay - poll
+    assert b.coordinator.poll_delay() == 0.1
+    await steps(b, clock=clock, rounds=1)
+    clock.now = due - 0.3
+    assert a.coordinator.poll_delay() == pytest.approx(0.3)  # woken as the delay ends
+    await steps(a, clock=clock, rounds=1)
+    assert len(a.host.running) == 12
+    clock.now = due
+    await steps(a, clock=clock, rounds=1)
+    assert len(a.host.running) == 6
+    with anyio.fail_after(10):  # its six release writes (in the background) landed
+        while a.coordinator.stats.released < 6:  # noqa: ASYNC110 (no event to wait on)
+            await anyio.sleep(0.01)
+    # b lists fast until two poll intervals after the delay (its own count), then slowly.
+    clock.now = arrived + delay + 2 * poll - 0.01
+    assert b.coordinator.poll_delay() == 0.1
+    clock.now = arrived + delay + 2 * poll
+    assert b.coordinator.poll_delay() == poll
+    # The six records name b already: it runs them without writing one.
+    b.store.puts.clear()
+    await steps(b, clock=clock, rounds=1)
+    assert len(b.host.running) == 6
+    assert not [key for key in b.store.puts if key.startswith("shard-")], b.store.puts
+    # Balanced: both at the poll interval.
+    await steps(a, b, clock=clock, rounds=1)
+    assert a.coordinator.poll_delay() == b.coordinator.poll_delay() == poll
 
 
 @pytest.mark.anyio
@@ -504,6 +639,44 @@ async def test_a_run_once_member_takes_free_shards_and_is_refused_a_live_ones(
     assert "stream 'users' is run by replica" in str(info.value)
     assert info.value.uri.endswith("shard-0005.json")
     assert not refused.host.running
+
+
+@pytest.mark.anyio
+async def test_a_refusal_names_a_holder_in_another_pid_namespace_as_such(
+    group: Callable[..., Member],
+) -> None:
+    """The holder's heartbeat as a replica in a container of its own writes it (pid 1, its
+    own pid namespace, this host's name): the refusal says the pid is in another pid
+    namespace, on one line."""
+    here = this_process()
+    job = group("exclusive", {5: "users"})
+    store = job.store.inner
+    holder = MemberRecord(
+        "c0ffee", "replica", here.host, 1, here.boot_id, 7, pid_ns=here.pid_ns + 1, http="h:1"
+    )
+    tag = await store.put(member_key("c0ffee"), holder.to_bytes())
+    await store.put(shard_key(5), ShardRecord("c0ffee", 1).to_bytes())
+    await job.coordinator.join()
+
+    async def renew_holder() -> None:
+        nonlocal holder, tag
+        while True:
+            await anyio.sleep(0.2)
+            holder = replace(holder, seq=holder.seq + 1)
+            tag = await store.put(member_key("c0ffee"), holder.to_bytes(), if_match=tag)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(renew_holder)
+        with pytest.raises(StreamHeldError) as info:
+            await job.coordinator._take_needed(anyio.Event())
+        tg.cancel_scope.cancel()
+    message = str(info.value)
+    assert "\n" not in message
+    assert (
+        f"stream 'users' is run by replica c0ffee ({here.host} pid 1 in another pid "
+        "namespace, h:1) of the group at "
+    ) in message, message
+    assert not job.host.running
 
 
 @pytest.mark.anyio

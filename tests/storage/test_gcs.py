@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 from emulators import gcs_create_bucket, gcs_put
 from faultproxy import FaultProxy
@@ -75,7 +76,8 @@ async def test_the_emulator_ignores_start_offset_and_conditions_the_store_copes(
 ) -> None:
     """gcp-storage-emulator ignores ``startOffset`` and ``ifGenerationMatch`` and sends no
     generation with downloads. The store still lists from a key (it filters), and reads
-    tagged bytes (HEAD, GET, HEAD); conditional writes are tested through StrictGcs."""
+    tagged bytes (the bytes and the metadata at once, matched by MD5, even while the object
+    is rewritten); conditional writes are tested through StrictGcs."""
     bucket = new_bucket(gcs_server)
     for v in range(4):
         gcs_put(gcs_server, bucket, f"{PREFIX}/_delta_log/{v:020d}.json", b"{}")
@@ -86,9 +88,26 @@ async def test_the_emulator_ignores_start_offset_and_conditions_the_store_copes(
         # Not enforced by the emulator: a second create succeeds there (GCS answers 412).
         second = await store.put("s/k", b"two", if_match="")
         assert second != first
-        heads = store.stats.head_requests
         assert await store.get_tagged("s/k") == (b"two", second)
-        assert store.stats.head_requests == heads + 2
+        # Known from then on: one GET and one metadata read, at once.
+        gets, heads = store.stats.get_requests, store.stats.head_requests
+        assert await store.get_tagged("s/k") == (b"two", second)
+        assert (store.stats.get_requests, store.stats.head_requests) == (gets + 1, heads + 1)
+        # Rewritten all the while: every read's bytes are its generation's.
+        written = {second: b"two"}
+
+        async def rewrite() -> None:
+            for i in range(30):
+                data = f"v{i}".encode()
+                written[await store.put("s/k", data)] = data
+
+        reads = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rewrite)
+            for _ in range(30):
+                reads.append(await store.get_tagged("s/k"))
+        assert all(written[tag] == data for data, tag in reads), (reads, written)
+        assert len({tag for _, tag in reads}) > 1  # (it did change meanwhile)
 
 
 @pytest.mark.anyio

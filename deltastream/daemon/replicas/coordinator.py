@@ -14,21 +14,34 @@ The protocol (objects: :mod:`~deltastream.daemon.replicas.records`; liveness:
   from a member before seeing its heartbeat unchanged for a whole ttl, which is later than
   that. A member that lapsed holds nothing until it has taken each shard again with a
   conditional write, which a replica that took it meanwhile makes fail.
-* **Watch**: every poll interval (at most 1 s; every 0.1 s while another member is
-  leaving), one LIST of the directory gives every heartbeat's and shard record's tag;
-  records are read again only when their tag changed, up to 16 at once. A held shard whose
-  record changed was lost: its streams are cancelled at once.
+* **Watch**: every poll interval (at most 1 s; sooner where shards are about to change
+  hands: :meth:`Coordinator.poll_delay`), one LIST of the directory gives every
+  heartbeat's and shard record's tag; records are read again only when their tag changed,
+  up to 16 at once. A held shard whose record changed was lost: its streams are cancelled
+  at once.
 * **Share**: :func:`~deltastream.daemon.replicas.assignment.plan`, acted on with
   conditional writes (up to 16 at once): a take writes the shard record over the tag read;
-  a release (the streams stopped first) writes it ``owner=""`` over the tag this member
-  wrote.
+  a release (the streams stopped first; each shard's on its own, at once) writes it over
+  the tag this member wrote, naming the replica it goes to
+  (:func:`~deltastream.daemon.replicas.assignment.successors`: one below its share whose
+  heartbeat was renewed within half a ttl), or ``owner=""`` (free) when none lacks it or
+  some shard is free or held by a member gone. A replica named so runs the shard at its
+  next listing without a write (no one else writes a record naming a live member); one
+  that does not want it records it free.
+* **Rebalance** (a replica joins): the rebalance delay counts from the listing before the
+  one that first showed the change (the change came after it; at most a poll interval
+  back), and a member over its share lists again the moment it ends; the newcomer lists
+  every 0.1 s from a poll interval before then until two after, so it runs what it is
+  handed at once. The newcomer runs its share within about ``rebalance_delay`` after its
+  heartbeat plus the moved streams' stop and start: within ``rebalance_delay + 2 s`` on an
+  object store, measured in ``tests/benchmarks/bench_replicas.py handover``.
 * **Leave** (SIGTERM): the heartbeat says ``leaving`` (the others share out without it, and
   list every 0.1 s from when they see it), the streams stop at their delivery boundaries,
-  each shard is released as soon as its streams stopped, the heartbeat deleted: another
-  replica takes each shard within about 0.1 s plus a round trip of its release, so the
-  streams run again within the poll interval (the others' next listing) plus the streams'
-  stop and start: about 2 s on an object store, measured in
-  ``tests/benchmarks/bench_replicas.py handover``.
+  each shard is handed to a replica below its share (or released) as soon as its streams
+  stopped, the heartbeat deleted: that replica runs each shard within about 0.1 s plus a
+  round trip of its release, so the streams run again within the poll interval (the
+  others' next listing) plus the streams' stop and start: within 2 s on an object store,
+  measured in ``tests/benchmarks/bench_replicas.py handover``.
 
 A stream that changes hands is still protected by its epoch: the new holder takes the next
 one in the stream's state, so anything a frozen process still tries to commit is fenced.
@@ -46,15 +59,15 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, TypeVar
 
 import anyio
 import anyio.abc
 
-from deltastream.daemon.replicas.assignment import plan, quota
-from deltastream.daemon.replicas.liveness import Observer, process_gone, this_process
+from deltastream.daemon.replicas.assignment import plan, quota, successors, surplus
+from deltastream.daemon.replicas.liveness import Observer, describe, process_gone, this_process
 from deltastream.daemon.replicas.records import (
     GROUP_KEY,
     GroupRecord,
@@ -235,7 +248,10 @@ class Coordinator:
         self.owners: dict[int, str] = {}
         self._shard_tags: dict[int, str] = {}
         self._membership: frozenset[str] = frozenset()
+        #: When the membership last changed, as far as this member's listings tell (see
+        #: :meth:`observe`), and when the last listing that came back was sent.
         self._stable_since = clock()
+        self._listed: float | None = None
         self._warned = False
         #: Why the last renewal failed to reach the store (``None``: it did not fail).
         self._store_problem: str | None = None
@@ -476,6 +492,7 @@ class Coordinator:
 
     async def observe(self) -> None:
         """List the directory and bring :attr:`members` and :attr:`owners` up to date."""
+        sent = self.clock()
         listing = await self._list()
         received = self.clock()
         await self._read_changed(listing)
@@ -516,7 +533,16 @@ class Coordinator:
         self.members, self.owners, self._shard_tags = members, owners, tags
         membership = frozenset(self._replicas())
         if membership != self._membership:
-            self._membership, self._stable_since = membership, self.clock()
+            # The change came after the previous listing was sent (that one did not show
+            # it): the rebalance delay counts from then, so a newcomer gets its share at
+            # most rebalance_delay after it arrived, not up to a poll interval later. Never
+            # from more than a poll interval back (a listing that failed in between leaves
+            # a longer gap): the delay is shortened by at most that.
+            since = sent
+            if self._listed is not None:
+                since = max(self._listed, sent - self.settings.poll_interval)
+            self._membership, self._stable_since = membership, since
+        self._listed = sent
         # A shard whose record is not the one this member wrote changed hands.
         for shard, mine in list(self.held.items()):
             if shard in self._releasing:
@@ -526,10 +552,18 @@ class Coordinator:
                     "replica %s: shard %d was taken by %s; stopping its streams",
                     self.member,
                     shard,
-                    owners.get(shard) or "nobody",
+                    self._name(owners.get(shard, "")),
                     extra={"group": self.uri, "shard": shard},
                 )
                 self._drop(shard, self.clock(), lost=True)
+
+    def _name(self, member: str) -> str:
+        """A member named for a log line: described from its heartbeat where the last
+        listing showed one (host, pid, address), else its id."""
+        view = self.members.get(member)
+        if view is not None:
+            return describe(view.record, self.identity)
+        return f"member {member}" if member else "nobody"
 
     # ------------------------------------------------------------------ taking, giving up
 
@@ -542,9 +576,28 @@ class Coordinator:
         return ShardRecord(owner, generation + 1)
 
     async def _take(self, shard: int, *, start: bool = True) -> bool:
-        """Write shard ``shard``'s record naming this member over the tag last listed."""
+        """Write shard ``shard``'s record naming this member over the tag last listed. A
+        record that names this member already is held as listed, without a write: it was
+        written by this member (a take whose answer was lost) or handed over by the member
+        that held it, which stopped its streams first and holds it no more; and no member
+        takes a shard recorded as a live member's."""
         owner = self.owners.get(shard, "")
         tag = self._shard_tags.get(shard, "")
+        cached = self._cache.get(shard_key(shard))
+        if owner == self.member and tag and cached is not None and cached[0] == tag:
+            if self._lapsed:
+                return False
+            self.held[shard] = tag
+            self.stats.acquired += 1
+            log.info(
+                "replica %s: took shard %d (handed over)",
+                self.member,
+                shard,
+                extra={"group": self.uri, "shard": shard},
+            )
+            if start:
+                self.host.start_shard(shard)
+            return True
         record = self._next_record(shard, self.member)
         try:
             new_tag = await self._put(shard_key(shard), record.to_bytes(), tag)
@@ -558,7 +611,7 @@ class Coordinator:
         self.held[shard] = new_tag
         self._cache[shard_key(shard)] = (new_tag, record)
         self.stats.acquired += 1
-        was = f"from {owner} (gone)" if owner and owner != self.member else "(free)"
+        was = f"from {self._name(owner)} (gone)" if owner and owner != self.member else "(free)"
         log.info(
             "replica %s: took shard %d %s",
             self.member,
@@ -570,15 +623,17 @@ class Coordinator:
             self.host.start_shard(shard)
         return True
 
-    async def _release(self, shard: int, deadline: float) -> None:
-        """Stop shard ``shard``'s streams, then record it free (over this member's tag)."""
+    async def _release(self, shard: int, deadline: float, to: str = "") -> None:
+        """Stop shard ``shard``'s streams, then record it as ``to``'s (a live replica below
+        its share: it runs it at its next listing, without a write) or free (``""``), over
+        this member's tag."""
         self._releasing.add(shard)
         try:
             await self.host.stop_shard(shard, deadline)
             tag = self.held.pop(shard, None)
             if tag is None:
                 return  # lost meanwhile
-            record = self._next_record(shard, "")
+            record = self._next_record(shard, to)
             try:
                 new_tag = await self._put(shard_key(shard), record.to_bytes(), tag)
             except PreconditionFailedError:
@@ -586,9 +641,10 @@ class Coordinator:
             self._cache[shard_key(shard)] = (new_tag, record)
             self.stats.released += 1
             log.info(
-                "replica %s: released shard %d",
+                "replica %s: released shard %d%s",
                 self.member,
                 shard,
+                f" to {self._name(to)}" if to else "",
                 extra={"group": self.uri, "shard": shard},
             )
         finally:
@@ -675,10 +731,11 @@ class Coordinator:
             for shard in todo.claims:
                 tg.start_soon(take, shard)
         await self._free_stale_records(todo.claims)
+        heirs = self._successors(todo.releases, self._replicas())
         for shard in todo.releases:
             assert self._tg is not None
             self._tg.start_soon(
-                self._release_quietly, shard, self.clock() + self.settings.lease_ttl
+                self._release_quietly, shard, self.clock() + self.settings.lease_ttl, heirs[shard]
             )
         await self._forget_gone()
 
@@ -726,15 +783,47 @@ class Coordinator:
             tg.cancel_scope.cancel()
 
     def poll_delay(self) -> float:
-        """Seconds until the next listing: the poll interval, or :data:`_HANDOVER_POLL`
-        while another member that is alive says it is leaving (a replica, which takes what
-        it releases; a member that dies while leaving stops counting after ``lease_ttl``)."""
-        if self.role == "replica" and any(
+        """Seconds until the next listing: the poll interval, but sooner where shards are
+        about to change hands (a replica only; :data:`_HANDOVER_POLL` at the fastest):
+
+        * every :data:`_HANDOVER_POLL` while another member that is alive says it is
+          leaving: it releases its shards within its stop, and they are taken at once (a
+          member that dies while leaving stops counting after ``lease_ttl``);
+        * holding more than its share: at the moment the rebalance delay ends, when it gives
+          the excess up, not at the next poll after;
+        * holding less than its share while another replica holds more: every
+          :data:`_HANDOVER_POLL` from a poll interval before the rebalance delay ends (the
+          others count it from their listing before the one that showed the change, up to
+          a poll interval before this member's) until two poll intervals after (their
+          streams' stops), so a released shard is taken at once. That is at most
+          ``3 * poll_interval / _HANDOVER_POLL`` listings (30 at the defaults, against 3)
+          for each change of membership, and none while the group is balanced.
+        """
+        poll = self.settings.poll_interval
+        if self.role != "replica":
+            return poll
+        fast = min(_HANDOVER_POLL, poll)
+        if any(
             view.alive and view.record.leaving and member != self.member
             for member, view in self.members.items()
         ):
-            return min(_HANDOVER_POLL, self.settings.poll_interval)
-        return self.settings.poll_interval
+            return fast
+        if self._lapsed:
+            return poll
+        now = self.clock()
+        due = self._stable_since + self.settings.rebalance_delay
+        held, share = len(self.held), self.quota()
+        if held > share and now < due:
+            return max(0.0, min(poll, due - now))
+        if held < share and due - poll <= now < due + 2 * poll and self._others_over_share():
+            return fast
+        return poll
+
+    def _others_over_share(self) -> bool:
+        """Whether another live replica holds more shards than its share (per the records
+        of the last listing): it is to give some up."""
+        over = surplus(self._replicas(), self.owners, self.settings.shards)
+        return any(count > 0 for r, count in over.items() if r != self.member)
 
     async def leave(self, grace: float) -> None:
         """Stop every held shard's streams (``grace`` seconds to reach a boundary), release
@@ -744,10 +833,13 @@ class Coordinator:
         self._record = replace(self._record, leaving=True)
         if self.held:
             await self._renew()  # best effort: a failure only leaves the shards to expire
+        leaving = [shard for shard in self.held if shard not in self._releasing]
+        # The others without this member: the shards go to those below their share then.
+        others = [r for r in self._replicas() if r != self.member]
+        heirs = self._successors(leaving, others)
         async with anyio.create_task_group() as tg:
-            for shard in list(self.held):
-                if shard not in self._releasing:
-                    tg.start_soon(self._release_quietly, shard, deadline)
+            for shard in leaving:
+                tg.start_soon(self._release_quietly, shard, deadline, heirs[shard])
         # Shards still being released by a rebalance are waited for too.
         with anyio.move_on_after(grace + self.settings.request_timeout):
             while self._releasing:  # noqa: ASYNC110 (a few polls while stopping)
@@ -757,9 +849,30 @@ class Coordinator:
         except (DeltaStreamError, TimeoutError, OSError) as e:
             log.warning("replica %s: could not remove its heartbeat: %s", self.member, e)
 
-    async def _release_quietly(self, shard: int, deadline: float) -> None:
+    def _successors(self, releases: Collection[int], replicas: list[str]) -> dict[int, str]:
+        """Whom each shard given up goes to (:func:`successors`; ``replicas``: the live
+        ones of the last listing that share the shards). Only to a replica whose heartbeat
+        the last listing showed renewed within half a ttl: one silent for longer may be
+        gone, and a shard handed to it would wait for its expiry, while one given up free
+        is taken by any replica at once."""
+        fresh = [
+            r
+            for r in replicas
+            if self.members[r].unchanged_for < _TAKE_BEFORE * self.settings.lease_ttl
+        ]
+        return successors(
+            self.member,
+            releases,
+            shards=self.settings.shards,
+            replicas=replicas,
+            owners=self.owners,
+            live={m for m, view in self.members.items() if view.alive},
+            eligible=fresh,
+        )
+
+    async def _release_quietly(self, shard: int, deadline: float, to: str = "") -> None:
         try:
-            await self._release(shard, deadline)
+            await self._release(shard, deadline, to)
         except (DeltaStreamError, TimeoutError, OSError) as e:
             log.warning(
                 "replica %s: could not release shard %d (it expires after lease_ttl): %s",
@@ -804,8 +917,8 @@ class Coordinator:
                         await self.leave(0)  # gives back what it took (nothing ran)
                     raise StreamHeldError(
                         self.store.uri_for(shard_key(shard)),
-                        f"stream {stream!r} is run by {view.record.describe()} of the "
-                        f"group at {self.uri}; {self.remedy}",
+                        f"stream {stream!r} is run by {self._name(owner)} of the group at "
+                        f"{self.uri}; {self.remedy}",
                     )
                 waiting = True
                 continue

@@ -29,7 +29,14 @@ from pathlib import Path
 
 from deltastream.daemon.replicas.records import MemberRecord
 
-__all__ = ["Observer", "ProcessIdentity", "process_gone", "sees_pid_of", "this_process"]
+__all__ = [
+    "Observer",
+    "ProcessIdentity",
+    "describe",
+    "process_gone",
+    "sees_pid_of",
+    "this_process",
+]
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,19 @@ def sees_pid_of(member: MemberRecord, here: ProcessIdentity) -> bool:
         and member.pid_ns != 0
         and (member.host, member.boot_id, member.pid_ns) == (here.host, here.boot_id, here.pid_ns)
     )
+
+
+def describe(member: MemberRecord, here: ProcessIdentity) -> str:
+    """``member`` named for a message of this process, on one line: role, id, host, pid and
+    address (``replica 993d… (node-1 pid 13759, 10.0.0.5:9464)``). Its pid is said to be
+    in another pid namespace unless this process sees it (:func:`sees_pid_of`): a
+    replica in a container of its own is often pid 1 there, which next to the host's name
+    would name the host's init."""
+    where = f"{member.host} pid {member.pid}"
+    if not sees_pid_of(member, here):
+        known = member.pid_ns != 0 and here.pid_ns != 0
+        where += " in another pid namespace" if known else " in a pid namespace unknown here"
+    return f"{member.role} {member.member} ({where}{', ' + member.http if member.http else ''})"
 
 
 def process_gone(member: MemberRecord, here: ProcessIdentity) -> bool:

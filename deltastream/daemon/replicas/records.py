@@ -169,10 +169,6 @@ class MemberRecord:
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptFileError(source, f"not a valid member record: {e}") from None
 
-    def describe(self) -> str:
-        where = f"{self.host} pid {self.pid}"
-        return f"{self.role} {self.member} ({where}{', ' + self.http if self.http else ''})"
-
 
 @dataclass(frozen=True)
 class ShardRecord:
