@@ -19,6 +19,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -96,32 +97,45 @@ class _RefusePandas(importlib.abc.MetaPathFinder):
 
 
 class _TellPyarrowOfPandas(importlib.abc.MetaPathFinder):
-    """Once, at ``import pandas``: pandas' own spec, whose loader tells pyarrow of pandas
-    when pandas has run (pyarrow's shim then imports it again, from ``sys.modules``)."""
+    """At ``import pandas``: pandas' own spec, whose loader tells pyarrow of pandas once
+    pandas has run (pyarrow's shim then imports it again, from ``sys.modules``), and takes
+    this finder away. A mere look for pandas (``importlib.util.find_spec``, as libraries
+    probe whether it is installed) runs nothing, so it leaves the finder in place for the
+    import that may follow."""
+
+    def __init__(self) -> None:
+        #: Set while this finder asks the others (the same thread would ask it again).
+        self._asking = threading.local()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "pandas":
+        if fullname != "pandas" or getattr(self._asking, "now", False):
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)  # by the finders after this one
+        self._asking.now = True
+        try:
+            spec = importlib.util.find_spec(fullname)  # by the other finders
+        finally:
+            self._asking.now = False
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenTellPyarrow(spec.loader)
+            spec.loader = _ThenTellPyarrow(spec.loader, self)
         return spec
 
 
 class _ThenTellPyarrow(importlib.abc.Loader):
     """pandas' loader, telling pyarrow of pandas once pandas has run; the rest delegated."""
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
+    def __init__(self, loader: importlib.abc.Loader, finder: _TellPyarrowOfPandas) -> None:
         self._loader = loader
+        self._finder = finder
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
+        with contextlib.suppress(ValueError):  # taken away by another import of pandas
+            sys.meta_path.remove(self._finder)
         with contextlib.suppress(Exception):  # pyarrow refuses this pandas: as it would
             pa.lib._pandas_api.compat  # noqa: B018 (pyarrow imports pandas again: now)
 

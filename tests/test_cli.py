@@ -252,6 +252,10 @@ keep_pandas_out_of_pyarrow()
 ints, texts = pa.array([1, None], pa.int64()), pa.array(["a", None], pa.string())
 assert ints.null_count == texts.null_count == 1 and pa.scalar(2.5, pa.float64()).as_py() == 2.5
 assert "pandas" not in sys.modules  # the answer "no pandas" was given, not looked up
+import importlib.util
+
+assert importlib.util.find_spec("pandas") is not None  # a look (libraries probe so) imports
+assert "pandas" not in sys.modules  # nothing, and leaves pyarrow to be told at the import:
 import pandas as pd  # imported all the same: pyarrow is told, and its pandas ways hold
 
 assert pa.types.is_dictionary(pa.array(pd.Series(["a", "b", "a"], dtype="category")).type)
