@@ -50,10 +50,11 @@ sharing them, so the figures add up): the JVM, and the Python processes it start
 deltastream source plans in one of its own and reads in Spark's Python workers; the parquet
 source uses none); peaks, and how far each rose during the runs above what was resident
 when they started (idle Python workers of earlier queries; the JVM's heap, which once grown
-is not returned, so its figure carries over from one source to the next). The driver's own
-peak RSS (this Python process) is printed last. The ratios deltastream / bare source (issue
-47's targets) are printed for the throughput, the time before the first batch and the peak
-PSS of the Python processes.
+is not returned, so its figure carries over from one source to the next), over the measured
+rounds only (the warm-up's first source starts Spark's Python workers for all the others).
+The driver's own peak RSS (this Python process) is printed last. The ratios deltastream /
+bare source (issue 47's targets) are printed for the throughput, the time before the first
+batch and the peak PSS of the Python processes.
 
 Run: ``python tests/benchmarks/bench_spark_stream.py --dir /tmp/bench-spark-stream``
 (``--quick``: 200,000 rows in 10 files, 10 commits, 1 round)
@@ -586,8 +587,8 @@ def run_backfill(
             res = backfill_run(spark, makers[name], scratch / f"backfill-ckpt-{next(counter)}")
             sampled = sampler.stop()
             res["cpu"] = {k: sampled.pop(k) for k in ("jvm_cpu", "python_cpu")}
-            merge_peaks(memory[name], sampled)
-            if i > 0:
+            if i > 0:  # the warm-up's first source starts Spark's Python workers for all
+                merge_peaks(memory[name], sampled)
                 runs[name].append(res)
     return runs, memory
 
