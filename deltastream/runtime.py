@@ -64,25 +64,29 @@ def keep_pandas_out_of_pyarrow(*, alone: bool = False) -> None:
     that instant would fail, so call it where none does (a program's start, a data source's
     entry points).
     """
-    global _kept_out
-    if _kept_out or "pandas" in sys.modules:
+    asks = {"shim", "inference"} if alone else {"shim"}
+    if asks <= _answered or "pandas" in sys.modules:
         return
-    _kept_out = True
     shim = getattr(pa.lib, "_pandas_api", None)
     if shim is None or not hasattr(type(shim), "have_pandas"):
+        _answered.update(asks)
         return  # another pyarrow: leave it as it is
     refuse = _RefusePandas()
     sys.meta_path.insert(0, refuse)
     try:
-        shim.have_pandas  # noqa: B018 (the shim asks once, and remembers the answer)
-        if alone:
+        if "shim" not in _answered:
+            shim.have_pandas  # noqa: B018 (the shim asks once, and remembers the answer)
+        if "inference" in asks - _answered:
             pa.array([0])  # C++ type inference asks once too, and remembers
     finally:
         sys.meta_path.remove(refuse)
-    sys.meta_path.insert(0, _TellPyarrowOfPandas())
+    if "shim" not in _answered:
+        sys.meta_path.insert(0, _TellPyarrowOfPandas())
+    _answered.update(asks)
 
 
-_kept_out = False
+#: Which of pyarrow's questions this process has answered ("shim", "inference").
+_answered: set[str] = set()
 
 
 class _RefusePandas(importlib.abc.MetaPathFinder):

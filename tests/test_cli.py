@@ -252,6 +252,8 @@ keep_pandas_out_of_pyarrow()
 ints, texts = pa.array([1, None], pa.int64()), pa.array(["a", None], pa.string())
 assert ints.null_count == texts.null_count == 1 and pa.scalar(2.5, pa.float64()).as_py() == 2.5
 assert "pandas" not in sys.modules  # the answer "no pandas" was given, not looked up
+keep_pandas_out_of_pyarrow(alone=True)  # and, asked later, type inference's too
+assert pa.array([1, None]).type == pa.int64() and "pandas" not in sys.modules
 import importlib.util
 
 assert importlib.util.find_spec("pandas") is not None  # a look (libraries probe so) imports

@@ -29,7 +29,6 @@ __all__ = [
 #: The installed pyspark's version, for messages.
 PYSPARK_VERSION: str = pyspark.__version__
 
-
 if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,

@@ -365,12 +365,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: The metadata the stream's schema policy last passed (:meth:`_check`); ``None``:
         #: none yet, the first version planned is where the stream starts.
         self._checked: Metadata | None = None
-        #: The version the reader's plan is of: the latest when the reader was made (a LIST).
-        #: The plan itself (:meth:`_load_plan`: the log read and replayed) comes with the
+        #: The table's plan (:meth:`_load_plan`: the log read and replayed), loaded by the
         #: first call that plans: Spark also makes a stream reader in a planning worker only
         #: to ship its read, which needs none of it.
         self._loaded_plan: _Plan | None = None
         try:
+            #: The version the plan is of: the latest when the reader was made (a LIST).
             self._as_of = self._call(self._latest_version)
         except BaseException:
             self.stop()
